@@ -16,7 +16,8 @@ pub struct OpReport {
     /// Schema builtin name (`CONV_2D`) or `CUSTOM:<name>`.
     #[serde(rename = "type")]
     pub op_type: String,
-    pub inputs: Vec<Vec<usize>>,
+    /// Operand shapes; `null` for an omitted optional operand.
+    pub inputs: Vec<Option<Vec<usize>>>,
     pub outputs: Vec<Vec<usize>>,
     /// Key attributes in short form (kernel, stride, padding, activation, ...).
     pub params: String,
@@ -62,7 +63,7 @@ pub fn report(graph: &Graph) -> Result<Report> {
         ops.push(OpReport {
             index,
             op_type,
-            inputs: n.inputs.iter().map(|t| t.map(|t| graph.tensor(t).shape.clone()).unwrap_or_default()).collect(),
+            inputs: n.inputs.iter().map(|t| t.map(|t| graph.tensor(t).shape.clone())).collect(),
             outputs: n.outputs.iter().map(|&t| graph.tensor(t).shape.clone()).collect(),
             params: params(graph, node),
             flops: cost.flops,
@@ -163,10 +164,13 @@ fn params(graph: &Graph, node: petgraph::stable_graph::NodeIndex) -> String {
     s
 }
 
-fn shape_list(shapes: &[Vec<usize>]) -> String {
+fn shape_list<'s>(shapes: impl IntoIterator<Item = Option<&'s Vec<usize>>>) -> String {
     shapes
-        .iter()
-        .map(|s| format!("[{}]", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")))
+        .into_iter()
+        .map(|s| match s {
+            Some(s) => format!("[{}]", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")),
+            None => "-".to_string(),
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -182,8 +186,8 @@ pub fn render_table(r: &Report) -> String {
         let _ = writeln!(out, "{label}: {}", items.join(", "));
     }
     let type_w = r.ops.iter().map(|o| o.op_type.len()).max().unwrap_or(4).max(4);
-    let in_w = r.ops.iter().map(|o| shape_list(&o.inputs).len()).max().unwrap_or(6).clamp(6, 48);
-    let out_w = r.ops.iter().map(|o| shape_list(&o.outputs).len()).max().unwrap_or(6).clamp(6, 24);
+    let in_w = r.ops.iter().map(|o| shape_list(o.inputs.iter().map(Option::as_ref)).len()).max().unwrap_or(6).clamp(6, 48);
+    let out_w = r.ops.iter().map(|o| shape_list(o.outputs.iter().map(Some)).len()).max().unwrap_or(6).clamp(6, 24);
     let _ = writeln!(
         out,
         "{:>4}  {:type_w$}  {:in_w$}  {:out_w$}  {:>9}  {:5}  params",
@@ -195,8 +199,8 @@ pub fn render_table(r: &Report) -> String {
             "{:>4}  {:type_w$}  {:in_w$}  {:out_w$}  {:>9.3}  {:5}  {}",
             o.index,
             o.op_type,
-            shape_list(&o.inputs),
-            shape_list(&o.outputs),
+            shape_list(o.inputs.iter().map(Option::as_ref)),
+            shape_list(o.outputs.iter().map(Some)),
             o.flops as f64 / 1e6,
             if o.splittable { "yes" } else { "-" },
             o.params

@@ -1,3 +1,87 @@
+//! `cargo xtask`: tandem's single entry point for setup, code generation, the zoo, reference
+//! outputs, the demo, the tests and fuzzing.
+
 mod codegen;
+mod fuzz;
 mod setup;
-fn main() {}
+mod zoo;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install the project-local tools (Python venv with flatc and the official interpreter).
+    Setup,
+    /// Regenerate the TFLite bindings from compiler/schema/tflite.fbs with the pinned flatc.
+    Codegen {
+        /// Fail if the committed bindings differ from freshly generated ones.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Write the zoo models as .tflite files.
+    Zoo {
+        /// Output folder.
+        #[arg(long, default_value = "zoo")]
+        out: PathBuf,
+        /// Models to write (default: all).
+        names: Vec<String>,
+    },
+    /// Regenerate the committed reference outputs of the small zoo models with the official
+    /// interpreter.
+    Refs,
+    /// The main job on a bundled default model.
+    Demo,
+    /// Run every test (installs what they need first).
+    Test,
+    /// Fuzz the .tflite reader with cargo-fuzz.
+    Fuzz {
+        /// Seconds to run.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+}
+
+fn run(task: Task) -> Result<()> {
+    let root = setup::repo_root();
+    match task {
+        Task::Setup => {
+            setup::python_env(&root)?;
+        }
+        Task::Codegen { check } => codegen::codegen(&root, check)?,
+        Task::Zoo { out, names } => zoo::write_zoo(&root.join(out), &names)?,
+        Task::Refs => zoo::write_references(&root)?,
+        Task::Demo => zoo::demo(&root)?,
+        Task::Test => {
+            let python = setup::python_env(&root)?;
+            eprintln!("test: cargo test --workspace (official interpreter: {})", python.display());
+            setup::run(
+                Command::new(env!("CARGO"))
+                    .args(["test", "--workspace", "--release"])
+                    .env("TANDEM_PYTHON", &python)
+                    .current_dir(&root),
+            )?;
+        }
+        Task::Fuzz { seconds } => fuzz::fuzz(&root, seconds)?,
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -32,7 +32,7 @@ fn run(cli: Cli) -> Result<()> {
             let graph = tflite::read_model(&bytes).with_context(|| format!("invalid model {}", model.display()))?;
             let report = inspect::report(&graph)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                println!("{}", serde_json::to_string(&report)?);
             } else {
                 print!("{}", inspect::render_table(&report));
             }

@@ -70,7 +70,11 @@ pub fn node_cost(graph: &Graph, node: NodeIndex) -> Cost {
         .inputs
         .iter()
         .flatten()
-        .map(|&t| graph.tensor(t).size_bytes() as u64)
+        .map(|&t| {
+            let t = graph.tensor(t);
+            // Constants move what is stored (compressed for sparse tensors).
+            t.data.as_ref().map_or(t.size_bytes(), |d| d.len()) as u64
+        })
         .sum();
     let written: u64 = n.outputs.iter().map(|&t| graph.tensor(t).size_bytes() as u64).sum();
     Cost {

@@ -65,7 +65,7 @@ pub fn infer_node(
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| anyhow!("{}: output {slot} shape {shape:?} is too large", context()))?;
         let tensor = graph.tensor_mut(*t);
-        if check_declared && tensor.shape != shape {
+        if check_declared && !declared_matches(&tensor.shape, tensor.shape_signature.as_deref(), &shape) {
             bail!(
                 "{}: output {slot} (tensor {t} '{}') is declared {:?} but its inputs give {:?}",
                 context(),
@@ -77,6 +77,18 @@ pub fn infer_node(
         tensor.shape = shape;
     }
     Ok(())
+}
+
+/// Whether an inferred shape agrees with a declared one. Where the file's shape signature marks a
+/// dimension dynamic (-1), the declared static size is a placeholder and is not compared.
+fn declared_matches(declared: &[usize], signature: Option<&[i32]>, inferred: &[usize]) -> bool {
+    match signature {
+        Some(sig) if sig.len() == inferred.len() && sig.contains(&-1) => sig
+            .iter()
+            .zip(inferred)
+            .all(|(&s, &i)| s == -1 || usize::try_from(s) == Ok(i)),
+        _ => declared == inferred,
+    }
 }
 
 /// Output size of a windowed op along one spatial dimension.
@@ -323,7 +335,9 @@ fn infer_outputs(
                     "keep_num_dims needs the last input dimension {x:?} to be {depth}"
                 );
                 let mut out = x.clone();
-                *out.last_mut().unwrap_or(&mut 0) = units;
+                if let Some(last) = out.last_mut() {
+                    *last = units;
+                }
                 one(out)
             } else {
                 one(vec![elements / depth, units])
