@@ -193,8 +193,11 @@ pub enum Op {
         options: Vec<u8>,
     },
     /// A builtin operator tandem does not model. Its output shapes are taken from the file.
+    /// `has_options` records whether the file gave it builtin options: only option-less ones can
+    /// be written back unchanged.
     OtherBuiltin {
         code: i32,
+        has_options: bool,
     },
 }
 
@@ -249,7 +252,7 @@ impl Op {
             Op::DepthToSpace { .. } => B::DEPTH_TO_SPACE,
             Op::SpaceToDepth { .. } => B::SPACE_TO_DEPTH,
             Op::TransposeConvBias(_) | Op::Custom { .. } => B::CUSTOM,
-            Op::OtherBuiltin { code } => B(*code),
+            Op::OtherBuiltin { code, .. } => B(*code),
         }
     }
 

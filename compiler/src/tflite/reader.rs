@@ -511,7 +511,7 @@ impl Reader<'_, '_> {
                     Op::Custom { name, options }
                 }
             }
-            other => Op::OtherBuiltin { code: other.0 },
+            other => Op::OtherBuiltin { code: other.0, has_options: kind != fb::BuiltinOptions::NONE },
         })
     }
 

@@ -245,7 +245,8 @@ fn options_t(op: &Op) -> Result<OpOptions> {
             Some(encode_transpose_conv_bias_options(c)),
         )),
         Op::Custom { name, options } => Ok((Some(name.clone()), O::NONE, Some(options.clone()))),
-        Op::OtherBuiltin { code } => bail!(
+        Op::OtherBuiltin { has_options: false, .. } => builtin(O::NONE),
+        Op::OtherBuiltin { code, has_options: true } => bail!(
             "cannot write builtin operator {} (code {code}): tandem does not model its options",
             crate::ir::op::builtin_name(fb::BuiltinOperator(*code))
         ),
