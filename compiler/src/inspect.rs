@@ -71,7 +71,7 @@ pub fn report(graph: &Graph) -> Result<Report> {
             splittable: n.op.is_channel_splittable(),
         });
     }
-    let total_flops = ops.iter().map(|o| o.flops).sum();
+    let total_flops = ops.iter().map(|o| o.flops).fold(0u64, u64::saturating_add);
     let tensor_report = |t: &crate::ir::TensorId| {
         let t = graph.tensor(*t);
         TensorReport { name: t.name.clone(), dtype: t.dtype.to_string(), shape: t.shape.clone() }
@@ -85,7 +85,7 @@ pub fn report(graph: &Graph) -> Result<Report> {
         total_flops,
         total_mflops: total_flops as f64 / 1e6,
         ops,
-        parameters: graph.tensors.iter().filter(|t| t.data.is_some()).map(|t| t.elements() as u64).sum(),
+        parameters: graph.tensors.iter().filter(|t| t.data.is_some()).map(|t| t.elements() as u64).fold(0u64, u64::saturating_add),
         metadata: graph.metadata.iter().map(|m| m.name.clone()).collect(),
     })
 }

@@ -60,10 +60,11 @@ pub fn infer_node(
         inferred.len()
     );
     for (slot, (t, shape)) in outputs.iter().zip(inferred).enumerate() {
-        shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| anyhow!("{}: output {slot} shape {shape:?} is too large", context()))?;
+        ensure!(
+            element_count(&shape).is_some(),
+            "{}: output {slot} shape {shape:?} is too large",
+            context()
+        );
         let tensor = graph.tensor_mut(*t);
         if check_declared && !declared_matches(&tensor.shape, tensor.shape_signature.as_deref(), &shape) {
             bail!(
@@ -77,6 +78,17 @@ pub fn infer_node(
         tensor.shape = shape;
     }
     Ok(())
+}
+
+/// Largest element count of one tensor tandem accepts (2^32).
+pub const MAX_ELEMENTS: usize = 1 << 32;
+
+/// The element count of `shape`, or `None` past [`MAX_ELEMENTS`].
+pub fn element_count(shape: &[usize]) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= MAX_ELEMENTS)
 }
 
 /// Whether an inferred shape agrees with a declared one. Where the file's shape signature marks a
@@ -168,6 +180,9 @@ fn infer_outputs(
     known: &mut KnownValues,
 ) -> Result<Option<Vec<Vec<usize>>>> {
     let n = &graph.dag[node];
+    if !matches!(n.op, Op::Custom { .. } | Op::OtherBuiltin { .. }) {
+        ensure!(!n.outputs.is_empty(), "has no outputs");
+    }
     let input = |slot: usize, what: &str| -> Result<TensorId> {
         n.inputs
             .get(slot)
@@ -310,6 +325,7 @@ fn infer_outputs(
             let size = |d: usize| -> Result<usize> {
                 let s = c.stride[d];
                 ensure!(s > 0, "stride must be positive");
+                ensure!(x[d + 1] > 0, "input {x:?} has an empty spatial dimension");
                 Ok(match c.padding {
                     Padding::Same => x[d + 1] * s,
                     Padding::Valid => (x[d + 1] - 1) * s + f[d + 1],
@@ -481,7 +497,9 @@ fn infer_outputs(
             };
             let (out, picks) = strided_slice_shape(&x, &begin, &end, &strides, attrs)?;
             if let (Some(v), 1) = (values(0, "input")?, x.len()) {
-                known.0.insert(n.outputs[0], picks.iter().map(|&i| v[i]).collect());
+                if let Some(picked) = picks.iter().map(|&i| v.get(i).copied()).collect() {
+                    known.0.insert(n.outputs[0], picked);
+                }
             }
             one(out)
         }
@@ -507,7 +525,9 @@ fn infer_outputs(
             }
             if let (Some(v), 1) = (values(0, "input")?, x.len()) {
                 let b = begin[0] as usize;
-                known.0.insert(n.outputs[0], v[b..b + out[0]].to_vec());
+                if let Some(part) = v.get(b..b + out[0]) {
+                    known.0.insert(n.outputs[0], part.to_vec());
+                }
             }
             one(out)
         }
@@ -688,5 +708,65 @@ pub fn output_dtype(op: &Op, input: DType) -> DType {
         Op::Dequantize => DType::F32,
         Op::Shape { out_type } => *out_type,
         _ => input,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_output_follows_tflite_rules() {
+        // SAME: ceil(in / stride); VALID: ceil((in - effective + 1) / stride).
+        assert_eq!(window_output(224, 3, 2, 1, Padding::Same).ok(), Some(112));
+        assert_eq!(window_output(225, 3, 2, 1, Padding::Same).ok(), Some(113));
+        assert_eq!(window_output(299, 3, 2, 1, Padding::Valid).ok(), Some(149));
+        assert_eq!(window_output(10, 3, 1, 2, Padding::Valid).ok(), Some(6));
+        assert!(window_output(2, 3, 1, 1, Padding::Valid).is_err());
+        assert!(window_output(8, 3, 0, 1, Padding::Same).is_err());
+    }
+
+    #[test]
+    fn same_padding_puts_the_smaller_half_first() {
+        assert_eq!(same_padding(224, 3, 2, 1), (0, 1));
+        assert_eq!(same_padding(224, 3, 1, 1), (1, 1));
+        assert_eq!(same_padding(7, 7, 1, 1), (3, 3));
+        assert_eq!(same_padding(5, 3, 1, 2), (2, 2));
+    }
+
+    #[test]
+    fn broadcast_is_numpy_style() {
+        assert_eq!(broadcast(&[1, 8, 8, 16], &[16]).ok(), Some(vec![1, 8, 8, 16]));
+        assert_eq!(broadcast(&[4, 1], &[1, 5]).ok(), Some(vec![4, 5]));
+        assert_eq!(broadcast(&[], &[3]).ok(), Some(vec![3]));
+        assert!(broadcast(&[2, 3], &[4]).is_err());
+    }
+
+    #[test]
+    fn reshape_resolves_one_unknown() {
+        assert_eq!(resolve_reshape(&[1, -1], 384).ok(), Some(vec![1, 384]));
+        assert_eq!(resolve_reshape(&[2, 3, 4], 24).ok(), Some(vec![2, 3, 4]));
+        assert!(resolve_reshape(&[-1, -1], 24).is_err());
+        assert!(resolve_reshape(&[5, -1], 24).is_err());
+        assert!(resolve_reshape(&[2, 3], 24).is_err());
+        assert!(resolve_reshape(&[-2, 3], 24).is_err());
+    }
+
+    #[test]
+    fn strided_slice_handles_masks_and_negative_strides() {
+        let plain = StridedSlice::default();
+        let (shape, picks) = strided_slice_shape(&[10], &[1], &[8], &[3], &plain).expect("ok");
+        assert_eq!((shape, picks), (vec![3], vec![1, 4, 7]));
+        let (shape, picks) = strided_slice_shape(&[5], &[-1], &[0], &[-1], &plain).expect("ok");
+        assert_eq!((shape, picks), (vec![4], vec![4, 3, 2, 1]));
+        let shrink = StridedSlice { shrink_axis_mask: 1, ..plain };
+        let (shape, picks) = strided_slice_shape(&[4], &[2], &[3], &[1], &shrink).expect("ok");
+        assert_eq!((shape, picks), (vec![], vec![2]));
+        let masks = StridedSlice { begin_mask: 0b10, end_mask: 0b10, ..plain };
+        let (shape, _) = strided_slice_shape(&[1, 9, 4], &[0, 5, 1], &[1, 0, 3], &[1, 2, 1], &masks).expect("ok");
+        assert_eq!(shape, vec![1, 5, 2]);
+        assert!(strided_slice_shape(&[4], &[0], &[4], &[0], &plain).is_err());
+        let ellipsis = StridedSlice { ellipsis_mask: 1, ..plain };
+        assert!(strided_slice_shape(&[4], &[0], &[4], &[1], &ellipsis).is_err());
     }
 }

@@ -246,10 +246,8 @@ impl Reader<'_, '_> {
             .iter()
             .map(|d| usize::try_from(d).map_err(|_| anyhow!("shape has negative dimension {d}")))
             .collect::<Result<Vec<usize>>>()?;
-        let elements = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| anyhow!("shape {shape:?} is too large"))?;
+        let elements = shape::element_count(&shape)
+            .ok_or_else(|| anyhow!("shape {shape:?} is too large (over {} elements)", shape::MAX_ELEMENTS))?;
         let sparsity = t.sparsity().map(sparsity_from_fb).transpose()?;
         let data = self
             .buffer_data(buffers, t.buffer())?

@@ -342,3 +342,31 @@ pub fn dtype_to_fb(d: DType) -> fb::TensorType {
         DType::Variant => T::VARIANT,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::builder::GraphBuilder;
+    use crate::tflite::read_model;
+
+    #[test]
+    fn written_graphs_read_back_unchanged() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[1, 5, 5, 3]);
+        let w = b.const_f32("w", &[4, 3, 3, 3], &[0.5; 108]);
+        let conv = Conv2d { padding: Padding::Valid, stride: [2, 1], dilation: [1, 1], activation: Activation::Relu6 };
+        let y = b.op(Op::Conv2d(conv), &[Some(x), Some(w), None], 1).expect("conv")[0];
+        let axes = b.const_i32("axes", &[2], &[1, 2]);
+        let z = b.op1(Op::Mean { keep_dims: true }, &[y, axes]).expect("mean");
+        b.output(z);
+        let mut graph = b.finish("unit");
+        graph.metadata.push(crate::ir::Metadata { name: "plan".into(), data: vec![1, 2, 3] });
+        let back = read_model(&write_model(&graph).expect("writes")).expect("reads");
+        assert_eq!(back.tensors, graph.tensors);
+        let ops = |g: &Graph| g.dag.node_weights().map(|n| (n.op.clone(), n.inputs.clone(), n.outputs.clone())).collect::<Vec<_>>();
+        assert_eq!(ops(&back), ops(&graph));
+        assert_eq!(back.tensor(back.outputs[0]).shape, vec![1, 1, 1, 4]);
+        assert_eq!(back.metadata, graph.metadata);
+        assert_eq!(back.description, "unit");
+    }
+}

@@ -1,0 +1,13 @@
+//! Any bytes given to the reader, then to shape inference, inspection and the writer, must give
+//! a result or an error, never a panic, a hang or an abort.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tandem_compiler::{inspect, tflite};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(graph) = tflite::read_model(data) {
+        let _ = inspect::report(&graph);
+        let _ = tflite::write_model(&graph);
+    }
+});
