@@ -63,8 +63,16 @@ pub fn report(graph: &Graph) -> Result<Report> {
         ops.push(OpReport {
             index,
             op_type,
-            inputs: n.inputs.iter().map(|t| t.map(|t| graph.tensor(t).shape.clone())).collect(),
-            outputs: n.outputs.iter().map(|&t| graph.tensor(t).shape.clone()).collect(),
+            inputs: n
+                .inputs
+                .iter()
+                .map(|t| t.map(|t| graph.tensor(t).shape.clone()))
+                .collect(),
+            outputs: n
+                .outputs
+                .iter()
+                .map(|&t| graph.tensor(t).shape.clone())
+                .collect(),
             params: params(graph, node),
             flops: cost.flops,
             bytes: cost.bytes,
@@ -74,7 +82,11 @@ pub fn report(graph: &Graph) -> Result<Report> {
     let total_flops = ops.iter().map(|o| o.flops).fold(0u64, u64::saturating_add);
     let tensor_report = |t: &crate::ir::TensorId| {
         let t = graph.tensor(*t);
-        TensorReport { name: t.name.clone(), dtype: t.dtype.to_string(), shape: t.shape.clone() }
+        TensorReport {
+            name: t.name.clone(),
+            dtype: t.dtype.to_string(),
+            shape: t.shape.clone(),
+        }
     };
     Ok(Report {
         description: graph.description.clone(),
@@ -85,7 +97,12 @@ pub fn report(graph: &Graph) -> Result<Report> {
         total_flops,
         total_mflops: total_flops as f64 / 1e6,
         ops,
-        parameters: graph.tensors.iter().filter(|t| t.data.is_some()).map(|t| t.elements() as u64).fold(0u64, u64::saturating_add),
+        parameters: graph
+            .tensors
+            .iter()
+            .filter(|t| t.data.is_some())
+            .map(|t| t.elements() as u64)
+            .fold(0u64, u64::saturating_add),
         metadata: graph.metadata.iter().map(|m| m.name.clone()).collect(),
     })
 }
@@ -100,36 +117,81 @@ fn pad(p: Padding) -> &'static str {
 fn params(graph: &Graph, node: petgraph::stable_graph::NodeIndex) -> String {
     let n = &graph.dag[node];
     let kernel = |slot: usize| {
-        graph.input(node, slot).map(|t| t.shape.clone()).filter(|s| s.len() == 4).map(|s| (s[1], s[2])).unwrap_or((0, 0))
+        graph
+            .input(node, slot)
+            .map(|t| t.shape.clone())
+            .filter(|s| s.len() == 4)
+            .map(|s| (s[1], s[2]))
+            .unwrap_or((0, 0))
     };
     let act = n.op.activation().label();
     let mut s = match &n.op {
         Op::Conv2d(c) => {
             let (kh, kw) = kernel(1);
-            format!("k{kh}x{kw} s{}x{} d{}x{} {}", c.stride[0], c.stride[1], c.dilation[0], c.dilation[1], pad(c.padding))
+            format!(
+                "k{kh}x{kw} s{}x{} d{}x{} {}",
+                c.stride[0],
+                c.stride[1],
+                c.dilation[0],
+                c.dilation[1],
+                pad(c.padding)
+            )
         }
         Op::DepthwiseConv2d(c) => {
             let (kh, kw) = kernel(1);
-            let cin = graph.input(node, 0).and_then(|t| t.shape.get(3).copied()).unwrap_or(1).max(1);
-            let cout = graph.input(node, 1).and_then(|t| t.shape.get(3).copied()).unwrap_or(0);
+            let cin = graph
+                .input(node, 0)
+                .and_then(|t| t.shape.get(3).copied())
+                .unwrap_or(1)
+                .max(1);
+            let cout = graph
+                .input(node, 1)
+                .and_then(|t| t.shape.get(3).copied())
+                .unwrap_or(0);
             format!(
                 "k{kh}x{kw} s{}x{} d{}x{} {} m{}",
-                c.stride[0], c.stride[1], c.dilation[0], c.dilation[1], pad(c.padding), cout / cin
+                c.stride[0],
+                c.stride[1],
+                c.dilation[0],
+                c.dilation[1],
+                pad(c.padding),
+                cout / cin
             )
         }
         Op::TransposeConv(c) => {
             let (kh, kw) = kernel(1);
-            format!("k{kh}x{kw} s{}x{} {}", c.stride[0], c.stride[1], pad(c.padding))
+            format!(
+                "k{kh}x{kw} s{}x{} {}",
+                c.stride[0],
+                c.stride[1],
+                pad(c.padding)
+            )
         }
         Op::TransposeConvBias(c) => {
             let (kh, kw) = kernel(1);
-            format!("k{kh}x{kw} s{}x{} {} +bias", c.stride[0], c.stride[1], pad(c.padding))
+            format!(
+                "k{kh}x{kw} s{}x{} {} +bias",
+                c.stride[0],
+                c.stride[1],
+                pad(c.padding)
+            )
         }
         Op::AveragePool2d(p) | Op::MaxPool2d(p) => {
-            format!("k{}x{} s{}x{} {}", p.filter[0], p.filter[1], p.stride[0], p.stride[1], pad(p.padding))
+            format!(
+                "k{}x{} s{}x{} {}",
+                p.filter[0],
+                p.filter[1],
+                p.stride[0],
+                p.stride[1],
+                pad(p.padding)
+            )
         }
         Op::FullyConnected { keep_num_dims, .. } => {
-            if *keep_num_dims { "keep_num_dims".into() } else { String::new() }
+            if *keep_num_dims {
+                "keep_num_dims".into()
+            } else {
+                String::new()
+            }
         }
         Op::BatchMatMul { adj_x, adj_y } => format!("adj_x={adj_x} adj_y={adj_y}"),
         Op::Concatenation { axis, .. } => format!("axis {axis}"),
@@ -139,9 +201,17 @@ fn params(graph: &Graph, node: petgraph::stable_graph::NodeIndex) -> String {
         Op::Pack { axis, .. } => format!("axis {axis}"),
         Op::Split { num_splits } => format!("{num_splits} parts"),
         Op::Squeeze { dims } if !dims.is_empty() => format!("dims {dims:?}"),
-        Op::DepthToSpace { block_size } | Op::SpaceToDepth { block_size } => format!("block {block_size}"),
-        Op::ResizeBilinear { align_corners, half_pixel_centers }
-        | Op::ResizeNearestNeighbor { align_corners, half_pixel_centers } => {
+        Op::DepthToSpace { block_size } | Op::SpaceToDepth { block_size } => {
+            format!("block {block_size}")
+        }
+        Op::ResizeBilinear {
+            align_corners,
+            half_pixel_centers,
+        }
+        | Op::ResizeNearestNeighbor {
+            align_corners,
+            half_pixel_centers,
+        } => {
             let mut v = Vec::new();
             if *align_corners {
                 v.push("align_corners");
@@ -151,7 +221,10 @@ fn params(graph: &Graph, node: petgraph::stable_graph::NodeIndex) -> String {
             }
             v.join(" ")
         }
-        Op::Dequantize => graph.input(node, 0).map(|t| format!("from {}", t.dtype)).unwrap_or_default(),
+        Op::Dequantize => graph
+            .input(node, 0)
+            .map(|t| format!("from {}", t.dtype))
+            .unwrap_or_default(),
         Op::Custom { options, .. } => format!("{} option bytes", options.len()),
         _ => String::new(),
     };
@@ -168,7 +241,13 @@ fn shape_list<'s>(shapes: impl IntoIterator<Item = Option<&'s Vec<usize>>>) -> S
     shapes
         .into_iter()
         .map(|s| match s {
-            Some(s) => format!("[{}]", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")),
+            Some(s) => format!(
+                "[{}]",
+                s.iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
             None => "-".to_string(),
         })
         .collect::<Vec<_>>()
@@ -182,12 +261,33 @@ pub fn render_table(r: &Report) -> String {
         let _ = writeln!(out, "model: {}", r.description);
     }
     for (label, list) in [("inputs", &r.inputs), ("outputs", &r.outputs)] {
-        let items: Vec<String> = list.iter().map(|t| format!("{} {} {:?}", t.name, t.dtype, t.shape)).collect();
+        let items: Vec<String> = list
+            .iter()
+            .map(|t| format!("{} {} {:?}", t.name, t.dtype, t.shape))
+            .collect();
         let _ = writeln!(out, "{label}: {}", items.join(", "));
     }
-    let type_w = r.ops.iter().map(|o| o.op_type.len()).max().unwrap_or(4).max(4);
-    let in_w = r.ops.iter().map(|o| shape_list(o.inputs.iter().map(Option::as_ref)).len()).max().unwrap_or(6).clamp(6, 48);
-    let out_w = r.ops.iter().map(|o| shape_list(o.outputs.iter().map(Some)).len()).max().unwrap_or(6).clamp(6, 24);
+    let type_w = r
+        .ops
+        .iter()
+        .map(|o| o.op_type.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let in_w = r
+        .ops
+        .iter()
+        .map(|o| shape_list(o.inputs.iter().map(Option::as_ref)).len())
+        .max()
+        .unwrap_or(6)
+        .clamp(6, 48);
+    let out_w = r
+        .ops
+        .iter()
+        .map(|o| shape_list(o.outputs.iter().map(Some)).len())
+        .max()
+        .unwrap_or(6)
+        .clamp(6, 24);
     let _ = writeln!(
         out,
         "{:>4}  {:type_w$}  {:in_w$}  {:out_w$}  {:>9}  {:5}  params",
@@ -206,7 +306,11 @@ pub fn render_table(r: &Report) -> String {
             o.params
         );
     }
-    let counts: Vec<String> = r.op_counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let counts: Vec<String> = r
+        .op_counts
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
     let _ = writeln!(
         out,
         "total: {} ops, {:.1} MFLOPs, {} splittable, {:.2} M parameters",

@@ -24,7 +24,9 @@ fn read_error(bytes: &[u8]) -> String {
 /// The fixture with `edit` applied to its object form.
 fn edited(edit: impl FnOnce(&mut fb::ModelT)) -> Vec<u8> {
     let bytes = fixture_bytes();
-    let mut model = fb::root_as_model(&bytes).expect("fixture verifies").unpack();
+    let mut model = fb::root_as_model(&bytes)
+        .expect("fixture verifies")
+        .unpack();
     edit(&mut model);
     let mut fbb = flatbuffers::FlatBufferBuilder::new();
     let root = model.pack(&mut fbb);
@@ -72,7 +74,10 @@ fn other_file_types_are_named_as_such() {
     let npy = b"\x93NUMPY\x01\x00v\0{'descr': '<f4'}";
     let zip = b"PK\x03\x04\x14\0\0\0\x08\0";
     for bytes in [&png[..], &npy[..], &zip[..], b"just some text, not a model"] {
-        assert!(read_error(bytes).contains("not a TFLite model"), "{bytes:?}");
+        assert!(
+            read_error(bytes).contains("not a TFLite model"),
+            "{bytes:?}"
+        );
     }
 }
 
@@ -81,7 +86,10 @@ fn every_truncation_is_an_error() {
     let bytes = fixture_bytes();
     for len in 0..bytes.len() - 16 {
         let result = catch_unwind(|| read_model(&bytes[..len]).is_err());
-        assert!(matches!(result, Ok(true)), "prefix of {len} bytes: {result:?}");
+        assert!(
+            matches!(result, Ok(true)),
+            "prefix of {len} bytes: {result:?}"
+        );
     }
 }
 
@@ -101,7 +109,10 @@ fn random_bytes_are_errors() {
             bytes[4..8].copy_from_slice(b"TFL3");
         }
         let result = catch_unwind(|| read_model(&bytes).is_err());
-        assert!(matches!(result, Ok(true)), "random input {i} ({len} bytes): {result:?}");
+        assert!(
+            matches!(result, Ok(true)),
+            "random input {i} ({len} bytes): {result:?}"
+        );
     }
 }
 
@@ -136,22 +147,38 @@ fn fuzz_regressions_never_panic() {
 
 #[test]
 fn tensor_index_out_of_range_names_the_operator() {
-    let e = read_error(&edited(|m| operator(m, 1).inputs.as_mut().expect("inputs")[0] = 999));
-    assert!(e.contains("operator 1 (CONV_2D)") && e.contains("refers to tensor 999"), "{e}");
-    let e = read_error(&edited(|m| operator(m, 0).outputs.as_mut().expect("outputs")[0] = -5));
-    assert!(e.contains("operator 0 (PAD)") && e.contains("tensor -5"), "{e}");
+    let e = read_error(&edited(|m| {
+        operator(m, 1).inputs.as_mut().expect("inputs")[0] = 999
+    }));
+    assert!(
+        e.contains("operator 1 (CONV_2D)") && e.contains("refers to tensor 999"),
+        "{e}"
+    );
+    let e = read_error(&edited(|m| {
+        operator(m, 0).outputs.as_mut().expect("outputs")[0] = -5
+    }));
+    assert!(
+        e.contains("operator 0 (PAD)") && e.contains("tensor -5"),
+        "{e}"
+    );
 }
 
 #[test]
 fn opcode_index_out_of_range_is_named() {
     let e = read_error(&edited(|m| operator(m, 2).opcode_index = 77));
-    assert!(e.contains("operator 2") && e.contains("opcode index 77 is out of range"), "{e}");
+    assert!(
+        e.contains("operator 2") && e.contains("opcode index 77 is out of range"),
+        "{e}"
+    );
 }
 
 #[test]
 fn buffer_index_out_of_range_names_the_tensor() {
     let e = read_error(&edited(|m| tensor(m, 3).buffer = 9999));
-    assert!(e.contains("tensor 3") && e.contains("buffer index 9999 is out of range"), "{e}");
+    assert!(
+        e.contains("tensor 3") && e.contains("buffer index 9999 is out of range"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -165,7 +192,11 @@ fn constant_data_of_the_wrong_size_is_named() {
     let e = read_error(&edited(|m| {
         let weights = operator(m, 1).inputs.as_ref().expect("inputs")[1] as usize;
         let buffer = tensor(m, weights).buffer as usize;
-        m.buffers.as_mut().expect("buffers")[buffer].data.as_mut().expect("data").truncate(10);
+        m.buffers.as_mut().expect("buffers")[buffer]
+            .data
+            .as_mut()
+            .expect("data")
+            .truncate(10);
     }));
     assert!(e.contains("constant data is 10 bytes"), "{e}");
 }
@@ -173,7 +204,10 @@ fn constant_data_of_the_wrong_size_is_named() {
 #[test]
 fn negative_dimensions_are_named() {
     let e = read_error(&edited(|m| tensor(m, 0).shape = Some(vec![1, -3, 4, 4])));
-    assert!(e.contains("tensor 0") && e.contains("negative dimension -3"), "{e}");
+    assert!(
+        e.contains("tensor 0") && e.contains("negative dimension -3"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -192,7 +226,10 @@ fn declared_shapes_that_disagree_are_named() {
         let out = operator(m, 1).outputs.as_ref().expect("outputs")[0] as usize;
         tensor(m, out).shape = Some(vec![1, 16, 16, 99]);
     }));
-    assert!(e.contains("operator 1 (CONV_2D)") && e.contains("declared [1, 16, 16, 99]"), "{e}");
+    assert!(
+        e.contains("operator 1 (CONV_2D)") && e.contains("declared [1, 16, 16, 99]"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -213,7 +250,10 @@ fn invalid_attributes_are_named() {
             o.stride_w = 0;
         }
     }));
-    assert!(e.contains("operator 1 (CONV_2D)") && e.contains("stride_w is 0"), "{e}");
+    assert!(
+        e.contains("operator 1 (CONV_2D)") && e.contains("stride_w is 0"),
+        "{e}"
+    );
     let e = read_error(&edited(|m| {
         operator(m, 1).builtin_options = fb::BuiltinOptionsT::SoftmaxOptions(Box::default());
     }));
@@ -226,7 +266,10 @@ fn two_writers_of_one_tensor_are_named() {
         let pad_out = operator(m, 0).outputs.as_ref().expect("outputs")[0];
         operator(m, 1).outputs.as_mut().expect("outputs")[0] = pad_out;
     }));
-    assert!(e.contains("operator 1 (CONV_2D)") && e.contains("written by two operators"), "{e}");
+    assert!(
+        e.contains("operator 1 (CONV_2D)") && e.contains("written by two operators"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -238,7 +281,10 @@ fn missing_subgraphs_and_custom_names_are_named() {
         code.deprecated_builtin_code = 32;
         code.custom_code = None;
     }));
-    assert!(e.contains("operator code 0 is CUSTOM but has no custom_code"), "{e}");
+    assert!(
+        e.contains("operator code 0 is CUSTOM but has no custom_code"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -261,5 +307,9 @@ fn extended_builtin_codes_are_read_from_either_field() {
         code.builtin_code = fb::BuiltinOperator::BROADCAST_TO;
     });
     let report = inspect::report(&read_model(&extended).expect("reads")).expect("report");
-    assert!(report.op_counts.contains_key("BROADCAST_TO"), "{:?}", report.op_counts);
+    assert!(
+        report.op_counts.contains_key("BROADCAST_TO"),
+        "{:?}",
+        report.op_counts
+    );
 }

@@ -8,13 +8,23 @@ fn tandem() -> Command {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/fixtures")
+        .join(name)
 }
 
 #[test]
 fn inspect_json_prints_op_counts_and_ops() {
-    let out = tandem().args(["inspect", "--json"]).arg(fixture("mobile_block_fp16.tflite")).output().expect("runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tandem()
+        .args(["inspect", "--json"])
+        .arg(fixture("mobile_block_fp16.tflite"))
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(json["op_counts"]["DEQUANTIZE"], 8);
     assert_eq!(json["op_counts"]["PRELU"], 1);
@@ -27,7 +37,11 @@ fn inspect_json_prints_op_counts_and_ops() {
 
 #[test]
 fn inspect_table_lists_ops_and_totals() {
-    let out = tandem().arg("inspect").arg(fixture("custom_op.tflite")).output().expect("runs");
+    let out = tandem()
+        .arg("inspect")
+        .arg(fixture("custom_op.tflite"))
+        .output()
+        .expect("runs");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("CUSTOM:BesselK1e"), "{text}");
@@ -44,9 +58,15 @@ fn bad_files_exit_non_zero_with_the_reason() {
     let out = tandem().arg("inspect").arg(&bad).output().expect("runs");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("broken.tflite") && err.contains("corrupt TFLite flatbuffer"), "{err}");
+    assert!(
+        err.contains("broken.tflite") && err.contains("corrupt TFLite flatbuffer"),
+        "{err}"
+    );
 
-    let out = tandem().args(["inspect", "/no/such/model.tflite"]).output().expect("runs");
+    let out = tandem()
+        .args(["inspect", "/no/such/model.tflite"])
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /no/such/model.tflite"));
 }

@@ -40,7 +40,12 @@ impl ZooModel {
 }
 
 const fn entry(name: &'static str, build: fn(u64) -> Result<Graph>, small: bool) -> ZooModel {
-    ZooModel { name, build, small, runs_in_interpreter: true }
+    ZooModel {
+        name,
+        build,
+        small,
+        runs_in_interpreter: true,
+    }
 }
 
 /// Every zoo model, small ones first.
@@ -50,7 +55,14 @@ pub fn all() -> Vec<ZooModel> {
         entry("tiny_conv", tiny::tiny_conv, true),
         entry("tiny_shape", tiny::tiny_shape, true),
         entry("tiny_weights", tiny::tiny_weights, true),
-        ZooModel { runs_in_interpreter: false, ..entry("tiny_transpose_conv_bias", tiny::tiny_transpose_conv_bias, true) },
+        ZooModel {
+            runs_in_interpreter: false,
+            ..entry(
+                "tiny_transpose_conv_bias",
+                tiny::tiny_transpose_conv_bias,
+                true,
+            )
+        },
         entry("mobilenet_v1", zoo::mobilenet_v1, true),
         entry("mobilenet_v2", zoo::mobilenet_v2, true),
         entry("resnet18", zoo::resnet18, false),

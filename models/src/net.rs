@@ -20,7 +20,14 @@ impl Net {
     pub fn new(seed: u64, input_shape: &[usize]) -> (Self, TensorId) {
         let mut b = GraphBuilder::new();
         let x = b.input("input", DType::F32, input_shape);
-        (Net { b, rng: Rng::new(seed), layer: 0 }, x)
+        (
+            Net {
+                b,
+                rng: Rng::new(seed),
+                layer: 0,
+            },
+            x,
+        )
     }
 
     fn next_name(&mut self, kind: &str) -> String {
@@ -55,21 +62,44 @@ impl Net {
         gain: f32,
     ) -> Result<TensorId> {
         let cin = self.b.shape(x)[3];
-        let w = self.weights("conv_w", &[cout, kernel[0], kernel[1], cin], Self::he(kernel[0] * kernel[1] * cin, gain));
+        let w = self.weights(
+            "conv_w",
+            &[cout, kernel[0], kernel[1], cin],
+            Self::he(kernel[0] * kernel[1] * cin, gain),
+        );
         let bias = self.weights("conv_b", &[cout], 0.05);
         self.b.op1(
-            Op::Conv2d(Conv2d { padding, stride: [stride; 2], dilation: [dilation; 2], activation }),
+            Op::Conv2d(Conv2d {
+                padding,
+                stride: [stride; 2],
+                dilation: [dilation; 2],
+                activation,
+            }),
             &[x, w, bias],
         )
     }
 
     /// SAME-padded CONV_2D, dilation 1, gain 1.
-    pub fn conv(&mut self, x: TensorId, cout: usize, kernel: [usize; 2], stride: usize, activation: Activation) -> Result<TensorId> {
+    pub fn conv(
+        &mut self,
+        x: TensorId,
+        cout: usize,
+        kernel: [usize; 2],
+        stride: usize,
+        activation: Activation,
+    ) -> Result<TensorId> {
         self.conv_full(x, cout, kernel, stride, 1, Padding::Same, activation, 1.0)
     }
 
     /// VALID-padded CONV_2D, dilation 1, gain 1.
-    pub fn conv_valid(&mut self, x: TensorId, cout: usize, kernel: [usize; 2], stride: usize, activation: Activation) -> Result<TensorId> {
+    pub fn conv_valid(
+        &mut self,
+        x: TensorId,
+        cout: usize,
+        kernel: [usize; 2],
+        stride: usize,
+        activation: Activation,
+    ) -> Result<TensorId> {
         self.conv_full(x, cout, kernel, stride, 1, Padding::Valid, activation, 1.0)
     }
 
@@ -85,7 +115,11 @@ impl Net {
     ) -> Result<TensorId> {
         let cin = self.b.shape(x)[3];
         let cout = cin * multiplier;
-        let w = self.weights("dw_w", &[1, kernel, kernel, cout], Self::he(kernel * kernel, 1.0));
+        let w = self.weights(
+            "dw_w",
+            &[1, kernel, kernel, cout],
+            Self::he(kernel * kernel, 1.0),
+        );
         let bias = self.weights("dw_b", &[cout], 0.05);
         self.b.op1(
             Op::DepthwiseConv2d(DepthwiseConv2d {
@@ -100,27 +134,68 @@ impl Net {
     }
 
     /// FULLY_CONNECTED with bias; `gain` scales the He limit.
-    pub fn fc(&mut self, x: TensorId, units: usize, activation: Activation, gain: f32) -> Result<TensorId> {
+    pub fn fc(
+        &mut self,
+        x: TensorId,
+        units: usize,
+        activation: Activation,
+        gain: f32,
+    ) -> Result<TensorId> {
         let depth = *self.b.shape(x).last().unwrap_or(&1);
         let w = self.weights("fc_w", &[units, depth], Self::he(depth, gain));
         let bias = self.weights("fc_b", &[units], 0.05);
-        self.b.op1(Op::FullyConnected { activation, keep_num_dims: false }, &[x, w, bias])
+        self.b.op1(
+            Op::FullyConnected {
+                activation,
+                keep_num_dims: false,
+            },
+            &[x, w, bias],
+        )
     }
 
     fn pool_attrs(kernel: usize, stride: usize, padding: Padding) -> Pool2d {
-        Pool2d { padding, stride: [stride; 2], filter: [kernel; 2], activation: Activation::None }
+        Pool2d {
+            padding,
+            stride: [stride; 2],
+            filter: [kernel; 2],
+            activation: Activation::None,
+        }
     }
 
-    pub fn max_pool(&mut self, x: TensorId, kernel: usize, stride: usize, padding: Padding) -> Result<TensorId> {
-        self.b.op1(Op::MaxPool2d(Self::pool_attrs(kernel, stride, padding)), &[x])
+    pub fn max_pool(
+        &mut self,
+        x: TensorId,
+        kernel: usize,
+        stride: usize,
+        padding: Padding,
+    ) -> Result<TensorId> {
+        self.b.op1(
+            Op::MaxPool2d(Self::pool_attrs(kernel, stride, padding)),
+            &[x],
+        )
     }
 
-    pub fn avg_pool(&mut self, x: TensorId, kernel: usize, stride: usize, padding: Padding) -> Result<TensorId> {
-        self.b.op1(Op::AveragePool2d(Self::pool_attrs(kernel, stride, padding)), &[x])
+    pub fn avg_pool(
+        &mut self,
+        x: TensorId,
+        kernel: usize,
+        stride: usize,
+        padding: Padding,
+    ) -> Result<TensorId> {
+        self.b.op1(
+            Op::AveragePool2d(Self::pool_attrs(kernel, stride, padding)),
+            &[x],
+        )
     }
 
     pub fn add(&mut self, a: TensorId, b: TensorId, activation: Activation) -> Result<TensorId> {
-        self.b.op1(Op::Binary { kind: BinaryKind::Add, activation }, &[a, b])
+        self.b.op1(
+            Op::Binary {
+                kind: BinaryKind::Add,
+                activation,
+            },
+            &[a, b],
+        )
     }
 
     /// MEAN over height and width.
@@ -130,7 +205,13 @@ impl Net {
     }
 
     pub fn concat(&mut self, xs: &[TensorId], axis: i32) -> Result<TensorId> {
-        self.b.op1(Op::Concatenation { axis, activation: Activation::None }, xs)
+        self.b.op1(
+            Op::Concatenation {
+                axis,
+                activation: Activation::None,
+            },
+            xs,
+        )
     }
 
     pub fn softmax(&mut self, x: TensorId) -> Result<TensorId> {
@@ -140,7 +221,12 @@ impl Net {
     /// RESHAPE to a constant target shape.
     pub fn reshape(&mut self, x: TensorId, shape: &[i32]) -> Result<TensorId> {
         let target = self.b.const_i32("shape", &[shape.len()], shape);
-        self.b.op1(Op::Reshape { new_shape: Some(shape.to_vec()) }, &[x, target])
+        self.b.op1(
+            Op::Reshape {
+                new_shape: Some(shape.to_vec()),
+            },
+            &[x, target],
+        )
     }
 
     /// Marks the single output, names it `output`, and returns the graph.

@@ -24,7 +24,9 @@ pub enum NpyError {
     Version(u8, u8),
     #[error("malformed .npy header: {0}")]
     Header(String),
-    #[error("unsupported .npy element type '{0}' (tandem reads <f4, <f2, <f8, <i4, <i8, |i1, |u1, |b1)")]
+    #[error(
+        "unsupported .npy element type '{0}' (tandem reads <f4, <f2, <f8, <i4, <i8, |i1, |u1, |b1)"
+    )]
     DType(String),
     #[error(".npy data is {actual} bytes but shape {shape:?} of {dtype} needs {expected}")]
     Size {
@@ -68,7 +70,11 @@ fn dtype_of(descr: &str) -> Option<DType> {
 impl NpyArray {
     /// An f32 array from values; `values.len()` must equal the product of `shape`.
     pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> Self {
-        assert_eq!(shape.iter().product::<usize>(), values.len(), "shape/value count mismatch");
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            values.len(),
+            "shape/value count mismatch"
+        );
         let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         NpyArray {
             dtype: DType::F32,
@@ -118,7 +124,9 @@ impl NpyArray {
         let descr = descr.trim_matches(|c| c == '\'' || c == '"');
         let dtype = dtype_of(descr).ok_or_else(|| NpyError::DType(descr.to_string()))?;
         if dict_value(header, "fortran_order")? != "False" {
-            return Err(NpyError::Header("Fortran-order arrays are not supported".into()));
+            return Err(NpyError::Header(
+                "Fortran-order arrays are not supported".into(),
+            ));
         }
         let shape = parse_shape(dict_value(header, "shape")?)?;
         let data = &bytes[header_end..];
@@ -152,7 +160,11 @@ impl NpyArray {
             1 => format!("({},)", self.shape[0]),
             _ => format!(
                 "({})",
-                self.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+                self.shape
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
         let mut header =
@@ -179,7 +191,11 @@ fn dict_value<'h>(header: &'h str, key: &str) -> Result<&'h str, NpyError> {
         .or_else(|| header.find(&format!("\"{key}\"")))
         .ok_or_else(missing)?;
     let rest = &header[at + key.len() + 2..];
-    let rest = rest.trim_start().strip_prefix(':').ok_or_else(missing)?.trim_start();
+    let rest = rest
+        .trim_start()
+        .strip_prefix(':')
+        .ok_or_else(missing)?
+        .trim_start();
     let end = if rest.starts_with('(') {
         rest.find(')').map(|i| i + 1)
     } else {
@@ -229,7 +245,7 @@ mod tests {
         // Header exactly as numpy 2 writes it for np.zeros((2,3), np.int32).
         let mut bytes = b"\x93NUMPY\x01\x00v\x00".to_vec();
         let mut header = "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }".to_string();
-        while (10 + header.len() + 1) % 64 != 0 {
+        while !(10 + header.len() + 1).is_multiple_of(64) {
             header.push(' ');
         }
         header.push('\n');
@@ -244,11 +260,17 @@ mod tests {
     #[test]
     fn rejects_bad_files_with_reasons() {
         assert!(matches!(NpyArray::parse(b""), Err(NpyError::Truncated(_))));
-        assert!(matches!(NpyArray::parse(b"PK\x03\x04 zip file"), Err(NpyError::BadMagic)));
+        assert!(matches!(
+            NpyArray::parse(b"PK\x03\x04 zip file"),
+            Err(NpyError::BadMagic)
+        ));
         let good = NpyArray::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]).to_bytes();
         let err = NpyArray::parse(&good[..good.len() - 1]).expect_err("short data");
         assert!(err.to_string().contains("needs 16"), "{err}");
         let header_cut = &good[..20];
-        assert!(matches!(NpyArray::parse(header_cut), Err(NpyError::Truncated(_))));
+        assert!(matches!(
+            NpyArray::parse(header_cut),
+            Err(NpyError::Truncated(_))
+        ));
     }
 }

@@ -12,7 +12,10 @@ use tandem_runtime::npy::NpyArray;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// The Python that has the official interpreter (`TANDEM_PYTHON`, else the project venv).
@@ -35,7 +38,10 @@ fn litert(args: &[&std::ffi::OsStr]) -> Result<String> {
         .output()
         .context("cannot start the official interpreter")?;
     if !out.status.success() {
-        bail!("official interpreter failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "official interpreter failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -44,13 +50,14 @@ fn litert(args: &[&std::ffi::OsStr]) -> Result<String> {
 pub fn interpreter_ops(model: &Path) -> Result<Vec<String>> {
     let text = litert(&["ops".as_ref(), model.as_os_str()])?;
     let last = text.lines().last().unwrap_or_default();
-    Ok(serde_json::from_str(last).with_context(|| format!("bad ops listing {last}"))?)
+    serde_json::from_str(last).with_context(|| format!("bad ops listing {last}"))
 }
 
 /// Runs `model` once in the official interpreter (1 thread) on `inputs`; returns its outputs.
 pub fn interpreter_run(model: &Path, inputs: &[NpyArray]) -> Result<Vec<NpyArray>> {
     let dir = tempfile::tempdir()?;
-    let mut args: Vec<std::ffi::OsString> = vec!["run".into(), model.into(), dir.path().join("out").into()];
+    let mut args: Vec<std::ffi::OsString> =
+        vec!["run".into(), model.into(), dir.path().join("out").into()];
     for (i, input) in inputs.iter().enumerate() {
         let path = dir.path().join(format!("input_{i}.npy"));
         std::fs::write(&path, input.to_bytes())?;
@@ -100,8 +107,14 @@ pub fn fixtures() -> Vec<PathBuf> {
 pub fn count_interpreter_ops(names: &[String]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for name in names {
-        let builtin = name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
-        let key = if builtin { name.clone() } else { format!("CUSTOM:{name}") };
+        let builtin = name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+        let key = if builtin {
+            name.clone()
+        } else {
+            format!("CUSTOM:{name}")
+        };
         *counts.entry(key).or_insert(0) += 1;
     }
     counts
@@ -110,7 +123,13 @@ pub fn count_interpreter_ops(names: &[String]) -> BTreeMap<String, usize> {
 /// Largest |a − b| over the largest |b|, the relative error tandem reports everywhere.
 pub fn relative_error(actual: &[f32], reference: &[f32]) -> f32 {
     assert_eq!(actual.len(), reference.len(), "output sizes differ");
-    let scale = reference.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
-    let diff = actual.iter().zip(reference).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    let scale = reference
+        .iter()
+        .fold(0f32, |m, v| m.max(v.abs()))
+        .max(f32::MIN_POSITIVE);
+    let diff = actual
+        .iter()
+        .zip(reference)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
     diff / scale
 }

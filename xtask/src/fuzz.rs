@@ -15,16 +15,26 @@ pub fn fuzz(root: &Path, seconds: u64) -> Result<()> {
         eprintln!("fuzz: installing cargo-fuzz from crates.io");
         run(Command::new(env!("CARGO")).args(["install", "--locked", "cargo-fuzz"]))?;
     }
-    crate::zoo::write_zoo(&root.join("fuzz/corpus/read_tflite"), &[
-        "tiny_elementwise".into(),
-        "tiny_conv".into(),
-        "tiny_shape".into(),
-        "tiny_weights".into(),
-        "tiny_transpose_conv_bias".into(),
-    ])?;
+    crate::zoo::write_zoo(
+        &root.join("fuzz/corpus/read_tflite"),
+        &[
+            "tiny_elementwise".into(),
+            "tiny_conv".into(),
+            "tiny_shape".into(),
+            "tiny_weights".into(),
+            "tiny_transpose_conv_bias".into(),
+        ],
+    )?;
     // cargo-fuzz needs unstable rustc flags; RUSTC_BOOTSTRAP lets the stable toolchain accept them.
     run(Command::new(env!("CARGO"))
-        .args(["fuzz", "run", "read_tflite", "--", &format!("-max_total_time={seconds}"), "-max_len=65536"])
+        .args([
+            "fuzz",
+            "run",
+            "read_tflite",
+            "--",
+            &format!("-max_total_time={seconds}"),
+            "-max_len=65536",
+        ])
         .env("RUSTC_BOOTSTRAP", "1")
         .current_dir(root))
 }

@@ -63,7 +63,10 @@ fn run(task: Task) -> Result<()> {
         Task::Demo => zoo::demo(&root)?,
         Task::Test => {
             let python = setup::python_env(&root)?;
-            eprintln!("test: cargo test --workspace (official interpreter: {})", python.display());
+            eprintln!(
+                "test: cargo test --workspace (official interpreter: {})",
+                python.display()
+            );
             setup::run(
                 Command::new(env!("CARGO"))
                     .args(["test", "--workspace", "--release"])

@@ -17,7 +17,9 @@ pub fn repo_root() -> PathBuf {
 /// Runs `cmd`, failing with its rendering when it cannot start or exits non-zero.
 pub fn run(cmd: &mut Command) -> Result<()> {
     let shown = format!("{cmd:?}");
-    let status = cmd.status().with_context(|| format!("cannot start {shown}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {shown}"))?;
     if !status.success() {
         bail!("{shown} failed with {status}");
     }
@@ -32,13 +34,15 @@ pub fn python_env(root: &Path) -> Result<PathBuf> {
     let wanted = std::fs::read_to_string(&requirements)
         .with_context(|| format!("reading {}", requirements.display()))?;
     let stamp = venv.join("tandem-requirements.txt");
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) && python.exists()
-    {
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) && python.exists() {
         return Ok(python);
     }
     if !python.exists() {
         ensure_debian_packages(&[("python3", "python3"), ("python3 -m venv", "python3-venv")])?;
-        eprintln!("setup: creating the project-local Python environment {}", venv.display());
+        eprintln!(
+            "setup: creating the project-local Python environment {}",
+            venv.display()
+        );
         run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
     }
     eprintln!(
@@ -50,7 +54,9 @@ pub fn python_env(root: &Path) -> Result<PathBuf> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "-r"]).arg(&requirements))?;
+    run(Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "-r"])
+        .arg(&requirements))?;
     std::fs::write(&stamp, wanted)?;
     Ok(python)
 }
@@ -66,8 +72,13 @@ pub fn ensure_debian_packages(probes: &[(&str, &str)]) -> Result<()> {
     let missing: Vec<&str> = probes
         .iter()
         .filter(|(probe, _)| {
-            let probe = format!("{probe} --help >/dev/null 2>&1 || {probe} --version >/dev/null 2>&1");
-            !Command::new("sh").arg("-c").arg(probe).status().is_ok_and(|s| s.success())
+            let probe =
+                format!("{probe} --help >/dev/null 2>&1 || {probe} --version >/dev/null 2>&1");
+            !Command::new("sh")
+                .arg("-c")
+                .arg(probe)
+                .status()
+                .is_ok_and(|s| s.success())
         })
         .map(|(_, package)| *package)
         .collect();
@@ -76,5 +87,7 @@ pub fn ensure_debian_packages(probes: &[(&str, &str)]) -> Result<()> {
     }
     eprintln!("setup: installing Debian packages: {}", missing.join(" "));
     run(Command::new("apt-get").arg("update").arg("-qq"))?;
-    run(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing))
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq"])
+        .args(&missing))
 }

@@ -17,11 +17,20 @@ pub fn write_zoo(out: &Path, names: &[String]) -> Result<()> {
             bail!("no zoo model '{name}'; the zoo has {}", known.join(", "));
         }
     }
-    for model in models.iter().filter(|m| names.is_empty() || names.iter().any(|n| n == m.name)) {
+    for model in models
+        .iter()
+        .filter(|m| names.is_empty() || names.iter().any(|n| n == m.name))
+    {
         let path = out.join(format!("{}.tflite", model.name));
-        let bytes = model.tflite().with_context(|| format!("building {}", model.name))?;
+        let bytes = model
+            .tflite()
+            .with_context(|| format!("building {}", model.name))?;
         std::fs::write(&path, &bytes)?;
-        eprintln!("zoo: wrote {} ({:.1} MB)", path.display(), bytes.len() as f64 / 1e6);
+        eprintln!(
+            "zoo: wrote {} ({:.1} MB)",
+            path.display(),
+            bytes.len() as f64 / 1e6
+        );
     }
     Ok(())
 }
@@ -32,42 +41,79 @@ pub fn write_zoo(out: &Path, names: &[String]) -> Result<()> {
 pub fn write_references(root: &Path) -> Result<()> {
     let python = python_env(root)?;
     let tmp = tempfile::tempdir()?;
-    for model in tandem_models::all().into_iter().filter(|m| m.small && m.runs_in_interpreter) {
+    for model in tandem_models::all()
+        .into_iter()
+        .filter(|m| m.small && m.runs_in_interpreter)
+    {
         let graph = model.graph()?;
         let model_path = tmp.path().join(format!("{}.tflite", model.name));
         std::fs::write(&model_path, tflite::write_model(&graph)?)?;
-        write_reference(&python, root, &model_path, &graph, &root.join("models/refs").join(model.name))?;
+        write_reference(
+            &python,
+            root,
+            &model_path,
+            &graph,
+            &root.join("models/refs").join(model.name),
+        )?;
     }
     for fixture in FLOAT_FIXTURES {
-        let model_path = root.join("models/fixtures").join(format!("{fixture}.tflite"));
+        let model_path = root
+            .join("models/fixtures")
+            .join(format!("{fixture}.tflite"));
         let graph = tflite::read_model(&std::fs::read(&model_path)?)
             .with_context(|| format!("reading {}", model_path.display()))?;
-        write_reference(&python, root, &model_path, &graph, &root.join("models/fixtures/refs").join(fixture))?;
+        write_reference(
+            &python,
+            root,
+            &model_path,
+            &graph,
+            &root.join("models/fixtures/refs").join(fixture),
+        )?;
     }
     Ok(())
 }
 
 /// Writes the seeded inputs of `graph` and the interpreter's outputs for them into `dir`.
-fn write_reference(python: &Path, root: &Path, model_path: &Path, graph: &Graph, dir: &Path) -> Result<()> {
+fn write_reference(
+    python: &Path,
+    root: &Path,
+    model_path: &Path,
+    graph: &Graph,
+    dir: &Path,
+) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut inputs = Vec::new();
-    for (i, array) in tandem_models::inputs::seeded_inputs(graph, tandem_models::SEED).iter().enumerate() {
+    for (i, array) in tandem_models::inputs::seeded_inputs(graph, tandem_models::SEED)
+        .iter()
+        .enumerate()
+    {
         let path = dir.join(format!("input_{i}.npy"));
         std::fs::write(&path, array.to_bytes())?;
         inputs.push(path);
     }
-    run(Command::new(python).arg(root.join("tools/litert.py")).arg("run").arg(model_path).arg(dir).args(&inputs))?;
+    run(Command::new(python)
+        .arg(root.join("tools/litert.py"))
+        .arg("run")
+        .arg(model_path)
+        .arg(dir)
+        .args(&inputs))?;
     eprintln!("refs: wrote {}", dir.display());
     Ok(())
 }
 
 /// Converter-produced float fixtures that the official interpreter runs (the int8 and custom-op
 /// fixtures are for reading and inspection only).
-pub const FLOAT_FIXTURES: [&str; 4] = ["mobile_block_fp16", "mobile_block_fp32", "sparse_fc", "dynamic_batch"];
+pub const FLOAT_FIXTURES: [&str; 4] = [
+    "mobile_block_fp16",
+    "mobile_block_fp32",
+    "sparse_fc",
+    "dynamic_batch",
+];
 
 /// The main job: for now, build the default zoo model (MobileNetV2) and print its inspection.
 pub fn demo(root: &Path) -> Result<()> {
-    let model = tandem_models::by_name("mobilenet_v2").context("mobilenet_v2 is missing from the zoo")?;
+    let model =
+        tandem_models::by_name("mobilenet_v2").context("mobilenet_v2 is missing from the zoo")?;
     let out = root.join("zoo");
     write_zoo(&out, &[model.name.to_string()])?;
     let path = out.join("mobilenet_v2.tflite");

@@ -7,7 +7,11 @@ use std::process::ExitCode;
 use tandem_compiler::{inspect, tflite};
 
 #[derive(Parser)]
-#[command(name = "tandem", version, about = "Ahead-of-time compiler for TFLite models that co-executes layers on CPU and GPU")]
+#[command(
+    name = "tandem",
+    version,
+    about = "Ahead-of-time compiler for TFLite models that co-executes layers on CPU and GPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -28,8 +32,10 @@ enum Command {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect { model, json } => {
-            let bytes = std::fs::read(&model).with_context(|| format!("cannot read {}", model.display()))?;
-            let graph = tflite::read_model(&bytes).with_context(|| format!("invalid model {}", model.display()))?;
+            let bytes = std::fs::read(&model)
+                .with_context(|| format!("cannot read {}", model.display()))?;
+            let graph = tflite::read_model(&bytes)
+                .with_context(|| format!("invalid model {}", model.display()))?;
             let report = inspect::report(&graph)?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);

@@ -24,13 +24,21 @@ impl GraphBuilder {
 
     /// Adds a graph input.
     pub fn input(&mut self, name: &str, dtype: DType, shape: &[usize]) -> TensorId {
-        let t = self.graph.add_tensor(Tensor::new(name, dtype, shape.to_vec()));
+        let t = self
+            .graph
+            .add_tensor(Tensor::new(name, dtype, shape.to_vec()));
         self.graph.inputs.push(t);
         t
     }
 
     /// Adds a constant tensor with raw little-endian contents.
-    pub fn constant(&mut self, name: &str, dtype: DType, shape: &[usize], data: Vec<u8>) -> TensorId {
+    pub fn constant(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        data: Vec<u8>,
+    ) -> TensorId {
         let mut t = Tensor::new(name, dtype, shape.to_vec());
         t.data = Some(Arc::from(data));
         self.graph.add_tensor(t)
@@ -57,7 +65,12 @@ impl GraphBuilder {
 
     /// Adds `op` reading `inputs` (`None` = omitted optional operand) and returns its
     /// `n_outputs` outputs, shaped by shape inference.
-    pub fn op(&mut self, op: Op, inputs: &[Option<TensorId>], n_outputs: usize) -> Result<Vec<TensorId>> {
+    pub fn op(
+        &mut self,
+        op: Op,
+        inputs: &[Option<TensorId>],
+        n_outputs: usize,
+    ) -> Result<Vec<TensorId>> {
         let data_slot = match op {
             Op::Split { .. } => 1,
             Op::TransposeConv(_) => 2,
@@ -74,7 +87,11 @@ impl GraphBuilder {
         let index = self.graph.dag.node_count();
         let outputs: Vec<TensorId> = (0..n_outputs)
             .map(|i| {
-                let name = if n_outputs == 1 { format!("{base}_{index}") } else { format!("{base}_{index}:{i}") };
+                let name = if n_outputs == 1 {
+                    format!("{base}_{index}")
+                } else {
+                    format!("{base}_{index}:{i}")
+                };
                 self.graph.add_tensor(Tensor::new(name, dtype, Vec::new()))
             })
             .collect();

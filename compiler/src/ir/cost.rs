@@ -21,20 +21,37 @@ fn mul(factors: &[u64]) -> u64 {
 /// The cost of `node`, from the (inferred) shapes of its operands.
 pub fn node_cost(graph: &Graph, node: NodeIndex) -> Cost {
     let n = &graph.dag[node];
-    let shape = |slot: usize| graph.input(node, slot).map(|t| t.shape.clone()).unwrap_or_default();
-    let out_elems = n.outputs.first().map(|&t| graph.tensor(t).elements()).unwrap_or(0) as u64;
+    let shape = |slot: usize| {
+        graph
+            .input(node, slot)
+            .map(|t| t.shape.clone())
+            .unwrap_or_default()
+    };
+    let out_elems = n
+        .outputs
+        .first()
+        .map(|&t| graph.tensor(t).elements())
+        .unwrap_or(0) as u64;
     let prod = |s: &[usize]| s.iter().fold(1u64, |acc, &d| acc.saturating_mul(d as u64));
     let bias = |slot: usize| u64::from(n.inputs.get(slot).copied().flatten().is_some());
     let flops = match &n.op {
         Op::Conv2d(_) => {
             // out elements × (2 × KH × KW × Cin_per_group) (+1 for the bias add)
             let f = shape(1);
-            let per_out = if f.len() == 4 { mul(&[2, prod(&f[1..])]) } else { 0 };
+            let per_out = if f.len() == 4 {
+                mul(&[2, prod(&f[1..])])
+            } else {
+                0
+            };
             mul(&[out_elems, per_out.saturating_add(bias(2))])
         }
         Op::DepthwiseConv2d(_) => {
             let f = shape(1);
-            let per_out = if f.len() == 4 { mul(&[2, f[1] as u64, f[2] as u64]) } else { 0 };
+            let per_out = if f.len() == 4 {
+                mul(&[2, f[1] as u64, f[2] as u64])
+            } else {
+                0
+            };
             mul(&[out_elems, per_out.saturating_add(bias(2))])
         }
         Op::TransposeConv(_) | Op::TransposeConvBias(_) => {
@@ -59,7 +76,9 @@ pub fn node_cost(graph: &Graph, node: NodeIndex) -> Cost {
             };
             mul(&[out_elems, 2, k])
         }
-        Op::AveragePool2d(p) | Op::MaxPool2d(p) => mul(&[out_elems, p.filter[0] as u64, p.filter[1] as u64]),
+        Op::AveragePool2d(p) | Op::MaxPool2d(p) => {
+            mul(&[out_elems, p.filter[0] as u64, p.filter[1] as u64])
+        }
         Op::Mean { .. } => prod(&shape(0)),
         Op::Softmax { .. } => mul(&[5, out_elems]),
         Op::Binary { .. } | Op::Unary(_) | Op::Prelu => out_elems,

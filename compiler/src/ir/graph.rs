@@ -54,8 +54,13 @@ impl IndexVector {
 /// Storage of one dimension of a sparse tensor (in traversal order).
 #[derive(Debug, Clone, PartialEq)]
 pub enum DimStorage {
-    Dense { size: usize },
-    SparseCsr { segments: IndexVector, indices: IndexVector },
+    Dense {
+        size: usize,
+    },
+    SparseCsr {
+        segments: IndexVector,
+        indices: IndexVector,
+    },
 }
 
 /// Sparsity of a constant tensor, as stored by the TFLite converter.
@@ -225,7 +230,10 @@ impl Graph {
         let name = op.type_name();
         for t in inputs.iter().flatten().chain(&outputs) {
             if t.0 >= self.tensors.len() {
-                bail!("{name} refers to tensor {t}, but there are only {}", self.tensors.len());
+                bail!(
+                    "{name} refers to tensor {t}, but there are only {}",
+                    self.tensors.len()
+                );
             }
         }
         for &out in &outputs {
@@ -274,7 +282,9 @@ impl Graph {
         while let Some(std::cmp::Reverse(n)) = ready.pop() {
             order.push(n);
             for e in self.dag.edges_directed(n, Direction::Outgoing) {
-                let d = indegree.get_mut(&e.target()).ok_or_else(|| anyhow!("dangling edge"))?;
+                let d = indegree
+                    .get_mut(&e.target())
+                    .ok_or_else(|| anyhow!("dangling edge"))?;
                 *d -= 1;
                 if *d == 0 {
                     ready.push(std::cmp::Reverse(e.target()));
@@ -305,7 +315,9 @@ impl Graph {
             let inputs = self.dag[n].inputs.clone();
             for (slot, t) in inputs.iter().enumerate() {
                 let Some(t) = t else { continue };
-                let Some(&from) = self.producers.get(t) else { continue };
+                let Some(&from) = self.producers.get(t) else {
+                    continue;
+                };
                 let exists = self
                     .dag
                     .edges_directed(n, Direction::Incoming)

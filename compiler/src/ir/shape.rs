@@ -21,7 +21,10 @@ pub struct KnownValues(HashMap<TensorId, Vec<i64>>);
 impl KnownValues {
     /// The values of `t`: its constant data, or what shape arithmetic computed for it.
     pub fn get(&self, graph: &Graph, t: TensorId) -> Option<Vec<i64>> {
-        self.0.get(&t).cloned().or_else(|| graph.tensor(t).int_values())
+        self.0
+            .get(&t)
+            .cloned()
+            .or_else(|| graph.tensor(t).int_values())
     }
 }
 
@@ -66,7 +69,9 @@ pub fn infer_node(
             context()
         );
         let tensor = graph.tensor_mut(*t);
-        if check_declared && !declared_matches(&tensor.shape, tensor.shape_signature.as_deref(), &shape) {
+        if check_declared
+            && !declared_matches(&tensor.shape, tensor.shape_signature.as_deref(), &shape)
+        {
             bail!(
                 "{}: output {slot} (tensor {t} '{}') is declared {:?} but its inputs give {:?}",
                 context(),
@@ -143,8 +148,16 @@ pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -162,7 +175,11 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize> {
         (-r..r.max(1)).contains(&axis),
         "axis {axis} is out of range for rank {rank}"
     );
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
 }
 
 fn to_usize(values: &[i64], what: &str) -> Result<Vec<usize>> {
@@ -197,7 +214,8 @@ fn infer_outputs(
         Ok(known.get(graph, input(slot, what)?))
     };
     let const_values = |slot: usize, what: &str| -> Result<Vec<i64>> {
-        values(slot, what)?.ok_or_else(|| anyhow!("input {slot} ({what}) must be a constant integer tensor"))
+        values(slot, what)?
+            .ok_or_else(|| anyhow!("input {slot} ({what}) must be a constant integer tensor"))
     };
     let rank4 = |s: &[usize], what: &str| -> Result<()> {
         ensure!(s.len() == 4, "{what} must be rank 4 (NHWC), got {s:?}");
@@ -237,7 +255,10 @@ fn infer_outputs(
                 let s = shape(slot, "input")?;
                 ensure!(
                     s.len() == first.len()
-                        && s.iter().zip(&first).enumerate().all(|(i, (a, b))| i == axis || a == b),
+                        && s.iter()
+                            .zip(&first)
+                            .enumerate()
+                            .all(|(i, (a, b))| i == axis || a == b),
                     "input {slot} shape {s:?} does not match input 0 {first:?} outside axis {axis}"
                 );
                 out[axis] += s[axis];
@@ -282,7 +303,10 @@ fn infer_outputs(
             let f = shape(1, "filter")?;
             rank4(&x, "input")?;
             rank4(&f, "filter")?;
-            ensure!(f[0] == 1, "depthwise filter {f:?} must have leading dimension 1");
+            ensure!(
+                f[0] == 1,
+                "depthwise filter {f:?} must have leading dimension 1"
+            );
             ensure!(
                 x[3] > 0 && f[3] % x[3] == 0,
                 "filter has {} channels, not a multiple of the input's {}",
@@ -301,9 +325,24 @@ fn infer_outputs(
             rank4(&out, "output_shape")?;
             rank4(&f, "filter")?;
             rank4(&x, "input")?;
-            ensure!(f[3] == x[3], "filter input channels {} != input channels {}", f[3], x[3]);
-            ensure!(out[3] == f[0], "output_shape channels {} != filter outputs {}", out[3], f[0]);
-            ensure!(out[0] == x[0], "output_shape batch {} != input batch {}", out[0], x[0]);
+            ensure!(
+                f[3] == x[3],
+                "filter input channels {} != input channels {}",
+                f[3],
+                x[3]
+            );
+            ensure!(
+                out[3] == f[0],
+                "output_shape channels {} != filter outputs {}",
+                out[3],
+                f[0]
+            );
+            ensure!(
+                out[0] == x[0],
+                "output_shape batch {} != input batch {}",
+                out[0],
+                x[0]
+            );
             for d in 0..2 {
                 let back = window_output(out[d + 1], f[d + 1], c.stride[d], 1, c.padding)?;
                 ensure!(
@@ -320,7 +359,12 @@ fn infer_outputs(
             let f = shape(1, "filter")?;
             rank4(&x, "input")?;
             rank4(&f, "filter")?;
-            ensure!(f[3] == x[3], "filter input channels {} != input channels {}", f[3], x[3]);
+            ensure!(
+                f[3] == x[3],
+                "filter input channels {} != input channels {}",
+                f[3],
+                x[3]
+            );
             check_bias(graph, n.inputs.get(2).copied().flatten(), f[0])?;
             let size = |d: usize| -> Result<usize> {
                 let s = c.stride[d];
@@ -336,12 +380,15 @@ fn infer_outputs(
         Op::FullyConnected { keep_num_dims, .. } => {
             let x = shape(0, "input")?;
             let wshape = shape(1, "weights")?;
-            ensure!(wshape.len() == 2, "weights must be rank 2 [out, in], got {wshape:?}");
+            ensure!(
+                wshape.len() == 2,
+                "weights must be rank 2 [out, in], got {wshape:?}"
+            );
             let (units, depth) = (wshape[0], wshape[1]);
             ensure!(depth > 0, "weights {wshape:?} have no input features");
             let elements: usize = x.iter().product();
             ensure!(
-                !x.is_empty() && elements % depth == 0,
+                !x.is_empty() && elements.is_multiple_of(depth),
                 "input {x:?} cannot be viewed as rows of {depth} features"
             );
             check_bias(graph, n.inputs.get(2).copied().flatten(), units)?;
@@ -362,7 +409,10 @@ fn infer_outputs(
         Op::BatchMatMul { adj_x, adj_y } => {
             let a = shape(0, "lhs")?;
             let b = shape(1, "rhs")?;
-            ensure!(a.len() >= 2 && b.len() >= 2, "operands {a:?} and {b:?} need rank >= 2");
+            ensure!(
+                a.len() >= 2 && b.len() >= 2,
+                "operands {a:?} and {b:?} need rank >= 2"
+            );
             let (ar, ac) = (a[a.len() - 2], a[a.len() - 1]);
             let (br, bc) = (b[b.len() - 2], b[b.len() - 1]);
             let (m, k1) = if *adj_x { (ac, ar) } else { (ar, ac) };
@@ -413,7 +463,9 @@ fn infer_outputs(
             let x = shape(0, "input")?;
             let target = match n.inputs.get(1).copied().flatten() {
                 Some(t) => known.get(graph, t),
-                None => new_shape.as_ref().map(|v| v.iter().map(|&d| d as i64).collect()),
+                None => new_shape
+                    .as_ref()
+                    .map(|v| v.iter().map(|&d| d as i64).collect()),
             };
             let elements: usize = x.iter().product();
             let out = match target {
@@ -444,18 +496,29 @@ fn infer_outputs(
             } else {
                 for &d in dims {
                     let a = normalize_axis(d as i64, x.len())?;
-                    ensure!(x[a] == 1, "cannot squeeze dimension {a} of size {} in {x:?}", x[a]);
+                    ensure!(
+                        x[a] == 1,
+                        "cannot squeeze dimension {a} of size {} in {x:?}",
+                        x[a]
+                    );
                     drop[a] = true;
                 }
             }
             if let Some(v) = values(0, "input")? {
                 known.0.insert(n.outputs[0], v);
             }
-            one(x.iter().zip(&drop).filter(|(_, &d)| !d).map(|(&s, _)| s).collect())
+            one(x
+                .iter()
+                .zip(&drop)
+                .filter(|(_, &d)| !d)
+                .map(|(&s, _)| s)
+                .collect())
         }
         Op::Shape { .. } => {
             let x = shape(0, "input")?;
-            known.0.insert(n.outputs[0], x.iter().map(|&d| d as i64).collect());
+            known
+                .0
+                .insert(n.outputs[0], x.iter().map(|&d| d as i64).collect());
             one(vec![x.len()])
         }
         Op::Pack { axis, values_count } => {
@@ -468,7 +531,10 @@ fn infer_outputs(
             let mut all = Some(Vec::new());
             for slot in 0..n.inputs.len() {
                 let s = shape(slot, "input")?;
-                ensure!(s == first, "input {slot} shape {s:?} differs from input 0 {first:?}");
+                ensure!(
+                    s == first,
+                    "input {slot} shape {s:?} differs from input 0 {first:?}"
+                );
                 all = match (all, values(slot, "input")?) {
                     (Some(mut acc), Some(v)) if first.len() <= 1 && *axis == 0 => {
                         acc.extend(v);
@@ -490,9 +556,9 @@ fn infer_outputs(
             let begin = const_values(1, "begin")?;
             let end = const_values(2, "end")?;
             let strides = match n.inputs.get(3).copied().flatten() {
-                Some(t) => known
-                    .get(graph, t)
-                    .ok_or_else(|| anyhow!("input 3 (strides) must be a constant integer tensor"))?,
+                Some(t) => known.get(graph, t).ok_or_else(|| {
+                    anyhow!("input 3 (strides) must be a constant integer tensor")
+                })?,
                 None => vec![1; begin.len()],
             };
             let (out, picks) = strided_slice_shape(&x, &begin, &end, &strides, attrs)?;
@@ -513,14 +579,18 @@ fn infer_outputs(
             );
             let mut out = Vec::with_capacity(x.len());
             for i in 0..x.len() {
-                let b = usize::try_from(begin[i]).map_err(|_| anyhow!("negative begin {begin:?}"))?;
+                let b =
+                    usize::try_from(begin[i]).map_err(|_| anyhow!("negative begin {begin:?}"))?;
                 ensure!(b <= x[i], "begin {begin:?} is outside {x:?}");
                 let s = if size[i] == -1 {
                     x[i] - b
                 } else {
                     usize::try_from(size[i]).map_err(|_| anyhow!("bad size {size:?}"))?
                 };
-                ensure!(b + s <= x[i], "slice begin {begin:?} size {size:?} exceeds {x:?}");
+                ensure!(
+                    b + s <= x[i],
+                    "slice begin {begin:?} size {size:?} exceeds {x:?}"
+                );
                 out.push(s);
             }
             if let (Some(v), 1) = (values(0, "input")?, x.len()) {
@@ -547,7 +617,10 @@ fn infer_outputs(
         Op::Transpose => {
             let x = shape(0, "input")?;
             let perm = const_values(1, "perm")?;
-            ensure!(perm.len() == x.len(), "perm {perm:?} does not match rank of {x:?}");
+            ensure!(
+                perm.len() == x.len(),
+                "perm {perm:?} does not match rank of {x:?}"
+            );
             let mut seen = vec![false; x.len()];
             let mut out = Vec::with_capacity(x.len());
             for &p in &perm {
@@ -570,7 +643,11 @@ fn infer_outputs(
             let x = shape(0, "input")?;
             rank4(&x, "input")?;
             let b = *b;
-            ensure!(b > 0 && x[3] % (b * b) == 0, "channels {} not divisible by block {b}²", x[3]);
+            ensure!(
+                b > 0 && x[3] % (b * b) == 0,
+                "channels {} not divisible by block {b}²",
+                x[3]
+            );
             one(vec![x[0], x[1] * b, x[2] * b, x[3] / (b * b)])
         }
         Op::SpaceToDepth { block_size: b } => {
@@ -607,7 +684,10 @@ pub fn resolve_reshape(target: &[i64], elements: usize) -> Result<Vec<usize>> {
     let mut known_product = 1usize;
     for (i, &d) in target.iter().enumerate() {
         if d == -1 {
-            ensure!(unknown.is_none(), "reshape target {target:?} has two -1 entries");
+            ensure!(
+                unknown.is_none(),
+                "reshape target {target:?} has two -1 entries"
+            );
             unknown = Some(i);
         } else {
             let d = usize::try_from(d).map_err(|_| anyhow!("reshape target {target:?} has {d}"))?;
@@ -619,7 +699,7 @@ pub fn resolve_reshape(target: &[i64], elements: usize) -> Result<Vec<usize>> {
     let mut out: Vec<usize> = target.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = unknown {
         ensure!(
-            known_product > 0 && elements % known_product == 0,
+            known_product > 0 && elements.is_multiple_of(known_product),
             "cannot reshape {elements} elements to {target:?}"
         );
         out[i] = elements / known_product;
@@ -662,7 +742,11 @@ fn strided_slice_shape(
         let norm = |v: i64| if v < 0 { v + d } else { v };
         let shrink = a.shrink_axis_mask & (1 << i) != 0;
         let (b, e) = if s > 0 {
-            let b = if a.begin_mask & (1 << i) != 0 { 0 } else { clamp(norm(begin[i]), 0, d) };
+            let b = if a.begin_mask & (1 << i) != 0 {
+                0
+            } else {
+                clamp(norm(begin[i]), 0, d)
+            };
             let e = if shrink {
                 b + 1
             } else if a.end_mask & (1 << i) != 0 {
@@ -674,7 +758,11 @@ fn strided_slice_shape(
             };
             (b, e)
         } else {
-            let b = if a.begin_mask & (1 << i) != 0 { d - 1 } else { clamp(norm(begin[i]), -1, d - 1) };
+            let b = if a.begin_mask & (1 << i) != 0 {
+                d - 1
+            } else {
+                clamp(norm(begin[i]), -1, d - 1)
+            };
             let e = if shrink {
                 b - 1
             } else if a.end_mask & (1 << i) != 0 {
@@ -685,7 +773,11 @@ fn strided_slice_shape(
             (b, e)
         };
         if shrink {
-            ensure!((0..d).contains(&b), "shrunk index {} is outside dimension {i} of {x:?}", begin[i]);
+            ensure!(
+                (0..d).contains(&b),
+                "shrunk index {} is outside dimension {i} of {x:?}",
+                begin[i]
+            );
         }
         let count = if s > 0 {
             ((e - b).max(0) + s - 1) / s
@@ -736,7 +828,10 @@ mod tests {
 
     #[test]
     fn broadcast_is_numpy_style() {
-        assert_eq!(broadcast(&[1, 8, 8, 16], &[16]).ok(), Some(vec![1, 8, 8, 16]));
+        assert_eq!(
+            broadcast(&[1, 8, 8, 16], &[16]).ok(),
+            Some(vec![1, 8, 8, 16])
+        );
         assert_eq!(broadcast(&[4, 1], &[1, 5]).ok(), Some(vec![4, 5]));
         assert_eq!(broadcast(&[], &[3]).ok(), Some(vec![3]));
         assert!(broadcast(&[2, 3], &[4]).is_err());
@@ -759,14 +854,26 @@ mod tests {
         assert_eq!((shape, picks), (vec![3], vec![1, 4, 7]));
         let (shape, picks) = strided_slice_shape(&[5], &[-1], &[0], &[-1], &plain).expect("ok");
         assert_eq!((shape, picks), (vec![4], vec![4, 3, 2, 1]));
-        let shrink = StridedSlice { shrink_axis_mask: 1, ..plain };
+        let shrink = StridedSlice {
+            shrink_axis_mask: 1,
+            ..plain
+        };
         let (shape, picks) = strided_slice_shape(&[4], &[2], &[3], &[1], &shrink).expect("ok");
         assert_eq!((shape, picks), (vec![], vec![2]));
-        let masks = StridedSlice { begin_mask: 0b10, end_mask: 0b10, ..plain };
-        let (shape, _) = strided_slice_shape(&[1, 9, 4], &[0, 5, 1], &[1, 0, 3], &[1, 2, 1], &masks).expect("ok");
+        let masks = StridedSlice {
+            begin_mask: 0b10,
+            end_mask: 0b10,
+            ..plain
+        };
+        let (shape, _) =
+            strided_slice_shape(&[1, 9, 4], &[0, 5, 1], &[1, 0, 3], &[1, 2, 1], &masks)
+                .expect("ok");
         assert_eq!(shape, vec![1, 5, 2]);
         assert!(strided_slice_shape(&[4], &[0], &[4], &[0], &plain).is_err());
-        let ellipsis = StridedSlice { ellipsis_mask: 1, ..plain };
+        let ellipsis = StridedSlice {
+            ellipsis_mask: 1,
+            ..plain
+        };
         assert!(strided_slice_shape(&[4], &[0], &[4], &[1], &ellipsis).is_err());
     }
 }

@@ -6,6 +6,7 @@
 #[allow(
     clippy::all,
     clippy::pedantic,
+    clippy::restriction,
     unused_imports,
     dead_code,
     non_camel_case_types,

@@ -37,9 +37,12 @@ impl<'a> TfliteFile<'a> {
                 String::from_utf8_lossy(&bytes[4..8])
             );
         }
-        let mut opts = flatbuffers::VerifierOptions::default();
-        opts.max_tables = 100_000_000;
-        opts.max_apparent_size = usize::MAX;
+        // Large models have many tables and buffers; the verifier still bounds-checks every one.
+        let opts = flatbuffers::VerifierOptions {
+            max_tables: 100_000_000,
+            max_apparent_size: usize::MAX,
+            ..Default::default()
+        };
         let model = flatbuffers::root_with_opts::<fb::Model>(&opts, bytes)
             .map_err(|e| anyhow!("corrupt TFLite flatbuffer: {e}"))?;
         Ok(TfliteFile { bytes, model })
@@ -72,7 +75,9 @@ struct Reader<'f, 'a> {
 impl Reader<'_, '_> {
     fn read(&self) -> Result<Graph> {
         let model = self.file.model;
-        let subgraphs = model.subgraphs().ok_or_else(|| anyhow!("the model has no subgraphs"))?;
+        let subgraphs = model
+            .subgraphs()
+            .ok_or_else(|| anyhow!("the model has no subgraphs"))?;
         ensure!(!subgraphs.is_empty(), "the model has no subgraphs");
         let sg = subgraphs.get(0);
         let buffers = model.buffers();
@@ -80,7 +85,9 @@ impl Reader<'_, '_> {
 
         let mut graph = Graph::new();
         graph.description = model.description().unwrap_or_default().to_string();
-        let tensors = sg.tensors().ok_or_else(|| anyhow!("subgraph 0 has no tensor table"))?;
+        let tensors = sg
+            .tensors()
+            .ok_or_else(|| anyhow!("subgraph 0 has no tensor table"))?;
         for (i, t) in tensors.iter().enumerate() {
             let tensor = self
                 .tensor(t, buffers)
@@ -93,7 +100,9 @@ impl Reader<'_, '_> {
                 .ok()
                 .filter(|&v| v < n_tensors)
                 .map(TensorId)
-                .ok_or_else(|| anyhow!("{what} refers to tensor {v}, but subgraph 0 has {n_tensors} tensors"))
+                .ok_or_else(|| {
+                    anyhow!("{what} refers to tensor {v}, but subgraph 0 has {n_tensors} tensors")
+                })
         };
         graph.inputs = sg
             .inputs()
@@ -141,7 +150,9 @@ impl Reader<'_, '_> {
                 .collect::<Result<Vec<_>>>()
                 .with_context(context)?;
             let decoded = self.decode_op(code, &op).with_context(context)?;
-            let node = graph.add_node(decoded, inputs, outputs).with_context(context)?;
+            let node = graph
+                .add_node(decoded, inputs, outputs)
+                .with_context(context)?;
             graph.dag[node].version = code.version;
         }
         graph.link_late_producers();
@@ -153,19 +164,32 @@ impl Reader<'_, '_> {
                     .buffer_data(buffers, m.buffer())
                     .with_context(|| format!("metadata entry {i} '{name}'"))?
                     .unwrap_or_default();
-                graph.metadata.push(Metadata { name, data: data.to_vec() });
+                graph.metadata.push(Metadata {
+                    name,
+                    data: data.to_vec(),
+                });
             }
         }
-        for (i, s) in model.signature_defs().unwrap_or_default().iter().enumerate() {
+        for (i, s) in model
+            .signature_defs()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
             if s.subgraph_index() != 0 {
                 continue;
             }
-            let maps = |list: Option<flatbuffers::Vector<'_, flatbuffers::ForwardsUOffset<fb::TensorMap<'_>>>>| {
+            let maps = |list: Option<
+                flatbuffers::Vector<'_, flatbuffers::ForwardsUOffset<fb::TensorMap<'_>>>,
+            >| {
                 list.unwrap_or_default()
                     .iter()
                     .map(|m| {
                         let t = i32::try_from(m.tensor_index()).unwrap_or(i32::MAX);
-                        Ok((m.name().unwrap_or_default().to_string(), tensor_ref(t, "a signature entry")?))
+                        Ok((
+                            m.name().unwrap_or_default().to_string(),
+                            tensor_ref(t, "a signature entry")?,
+                        ))
                     })
                     .collect::<Result<Vec<_>>>()
             };
@@ -186,13 +210,20 @@ impl Reader<'_, '_> {
             .map(|(i, c)| {
                 // Old files only fill the deprecated byte; new ones put 127 there for larger codes.
                 let builtin = c.builtin_code().0.max(c.deprecated_builtin_code() as i32);
-                ensure!(builtin >= 0, "operator code {i} has a negative builtin code {builtin}");
+                ensure!(
+                    builtin >= 0,
+                    "operator code {i} has a negative builtin code {builtin}"
+                );
                 let builtin = fb::BuiltinOperator(builtin);
                 let custom = c.custom_code().map(str::to_string);
                 if builtin == fb::BuiltinOperator::CUSTOM && custom.is_none() {
                     bail!("operator code {i} is CUSTOM but has no custom_code name");
                 }
-                Ok(OpCode { builtin, custom, version: c.version() })
+                Ok(OpCode {
+                    builtin,
+                    custom,
+                    version: c.version(),
+                })
             })
             .collect()
     }
@@ -220,7 +251,9 @@ impl Reader<'_, '_> {
         if b.offset() > 1 {
             let bytes = self.file.bytes;
             let start = usize::try_from(b.offset()).ok();
-            let end = start.zip(usize::try_from(b.size()).ok()).and_then(|(s, n)| s.checked_add(n));
+            let end = start
+                .zip(usize::try_from(b.size()).ok())
+                .and_then(|(s, n)| s.checked_add(n));
             return match (start, end) {
                 (Some(s), Some(e)) if e <= bytes.len() => Ok(Some(&bytes[s..e])),
                 _ => bail!(
@@ -246,14 +279,20 @@ impl Reader<'_, '_> {
             .iter()
             .map(|d| usize::try_from(d).map_err(|_| anyhow!("shape has negative dimension {d}")))
             .collect::<Result<Vec<usize>>>()?;
-        let elements = shape::element_count(&shape)
-            .ok_or_else(|| anyhow!("shape {shape:?} is too large (over {} elements)", shape::MAX_ELEMENTS))?;
+        let elements = shape::element_count(&shape).ok_or_else(|| {
+            anyhow!(
+                "shape {shape:?} is too large (over {} elements)",
+                shape::MAX_ELEMENTS
+            )
+        })?;
         let sparsity = t.sparsity().map(sparsity_from_fb).transpose()?;
         let data = self
             .buffer_data(buffers, t.buffer())?
             .map(|d| Arc::<[u8]>::from(d.to_vec()));
         if let (Some(data), None, Some(size)) = (&data, &sparsity, dtype.size_bytes()) {
-            let expected = elements.checked_mul(size).ok_or_else(|| anyhow!("shape too large"))?;
+            let expected = elements
+                .checked_mul(size)
+                .ok_or_else(|| anyhow!("shape too large"))?;
             ensure!(
                 data.len() == expected,
                 "constant data is {} bytes but shape {shape:?} of {dtype} needs {expected} (buffer {})",
@@ -262,12 +301,17 @@ impl Reader<'_, '_> {
             );
         }
         let quantization = t.quantization().and_then(|q| {
-            let v = |x: Option<flatbuffers::Vector<'_, f32>>| x.map(|x| x.iter().collect()).unwrap_or_default();
+            let v = |x: Option<flatbuffers::Vector<'_, f32>>| {
+                x.map(|x| x.iter().collect()).unwrap_or_default()
+            };
             let quant = Quantization {
                 min: v(q.min()),
                 max: v(q.max()),
                 scale: v(q.scale()),
-                zero_point: q.zero_point().map(|x| x.iter().collect()).unwrap_or_default(),
+                zero_point: q
+                    .zero_point()
+                    .map(|x| x.iter().collect())
+                    .unwrap_or_default(),
                 quantized_dimension: q.quantized_dimension(),
             };
             (quant != Quantization::default()).then_some(quant)
@@ -298,32 +342,57 @@ impl Reader<'_, '_> {
             Ok(())
         };
         let missing = |what: &str| anyhow!("has no {what}");
-        let binary = |kind: BinaryKind, activation: Option<fb::ActivationFunctionType>| -> Result<Op> {
-            Ok(Op::Binary { kind, activation: activation_from_fb(activation.unwrap_or_default())? })
-        };
+        let binary =
+            |kind: BinaryKind, activation: Option<fb::ActivationFunctionType>| -> Result<Op> {
+                Ok(Op::Binary {
+                    kind,
+                    activation: activation_from_fb(activation.unwrap_or_default())?,
+                })
+            };
         Ok(match b {
             B::ADD => {
                 expect(fb::BuiltinOptions::AddOptions)?;
-                binary(BinaryKind::Add, op.builtin_options_as_add_options().map(|o| o.fused_activation_function()))?
+                binary(
+                    BinaryKind::Add,
+                    op.builtin_options_as_add_options()
+                        .map(|o| o.fused_activation_function()),
+                )?
             }
             B::SUB => {
                 expect(fb::BuiltinOptions::SubOptions)?;
-                binary(BinaryKind::Sub, op.builtin_options_as_sub_options().map(|o| o.fused_activation_function()))?
+                binary(
+                    BinaryKind::Sub,
+                    op.builtin_options_as_sub_options()
+                        .map(|o| o.fused_activation_function()),
+                )?
             }
             B::MUL => {
                 expect(fb::BuiltinOptions::MulOptions)?;
-                binary(BinaryKind::Mul, op.builtin_options_as_mul_options().map(|o| o.fused_activation_function()))?
+                binary(
+                    BinaryKind::Mul,
+                    op.builtin_options_as_mul_options()
+                        .map(|o| o.fused_activation_function()),
+                )?
             }
             B::DIV => {
                 expect(fb::BuiltinOptions::DivOptions)?;
-                binary(BinaryKind::Div, op.builtin_options_as_div_options().map(|o| o.fused_activation_function()))?
+                binary(
+                    BinaryKind::Div,
+                    op.builtin_options_as_div_options()
+                        .map(|o| o.fused_activation_function()),
+                )?
             }
             B::AVERAGE_POOL_2D | B::MAX_POOL_2D => {
                 expect(fb::BuiltinOptions::Pool2DOptions)?;
-                let o = op.builtin_options_as_pool_2_doptions().ok_or_else(|| missing("Pool2DOptions"))?;
+                let o = op
+                    .builtin_options_as_pool_2_doptions()
+                    .ok_or_else(|| missing("Pool2DOptions"))?;
                 let pool = Pool2d {
                     padding: padding_from_fb(o.padding())?,
-                    stride: [positive(o.stride_h(), "stride_h")?, positive(o.stride_w(), "stride_w")?],
+                    stride: [
+                        positive(o.stride_h(), "stride_h")?,
+                        positive(o.stride_w(), "stride_w")?,
+                    ],
                     filter: [
                         positive(o.filter_height(), "filter_height")?,
                         positive(o.filter_width(), "filter_width")?,
@@ -338,15 +407,25 @@ impl Reader<'_, '_> {
             }
             B::CONCATENATION => {
                 expect(fb::BuiltinOptions::ConcatenationOptions)?;
-                let o = op.builtin_options_as_concatenation_options().ok_or_else(|| missing("ConcatenationOptions"))?;
-                Op::Concatenation { axis: o.axis(), activation: activation_from_fb(o.fused_activation_function())? }
+                let o = op
+                    .builtin_options_as_concatenation_options()
+                    .ok_or_else(|| missing("ConcatenationOptions"))?;
+                Op::Concatenation {
+                    axis: o.axis(),
+                    activation: activation_from_fb(o.fused_activation_function())?,
+                }
             }
             B::CONV_2D => {
                 expect(fb::BuiltinOptions::Conv2DOptions)?;
-                let o = op.builtin_options_as_conv_2_doptions().ok_or_else(|| missing("Conv2DOptions"))?;
+                let o = op
+                    .builtin_options_as_conv_2_doptions()
+                    .ok_or_else(|| missing("Conv2DOptions"))?;
                 Op::Conv2d(Conv2d {
                     padding: padding_from_fb(o.padding())?,
-                    stride: [positive(o.stride_h(), "stride_h")?, positive(o.stride_w(), "stride_w")?],
+                    stride: [
+                        positive(o.stride_h(), "stride_h")?,
+                        positive(o.stride_w(), "stride_w")?,
+                    ],
                     dilation: [
                         positive(o.dilation_h_factor(), "dilation_h_factor")?,
                         positive(o.dilation_w_factor(), "dilation_w_factor")?,
@@ -361,22 +440,31 @@ impl Reader<'_, '_> {
                     .ok_or_else(|| missing("DepthwiseConv2DOptions"))?;
                 Op::DepthwiseConv2d(DepthwiseConv2d {
                     padding: padding_from_fb(o.padding())?,
-                    stride: [positive(o.stride_h(), "stride_h")?, positive(o.stride_w(), "stride_w")?],
+                    stride: [
+                        positive(o.stride_h(), "stride_h")?,
+                        positive(o.stride_w(), "stride_w")?,
+                    ],
                     dilation: [
                         positive(o.dilation_h_factor(), "dilation_h_factor")?,
                         positive(o.dilation_w_factor(), "dilation_w_factor")?,
                     ],
-                    depth_multiplier: usize::try_from(o.depth_multiplier())
-                        .map_err(|_| anyhow!("negative depth_multiplier {}", o.depth_multiplier()))?,
+                    depth_multiplier: usize::try_from(o.depth_multiplier()).map_err(|_| {
+                        anyhow!("negative depth_multiplier {}", o.depth_multiplier())
+                    })?,
                     activation: activation_from_fb(o.fused_activation_function())?,
                 })
             }
             B::TRANSPOSE_CONV => {
                 expect(fb::BuiltinOptions::TransposeConvOptions)?;
-                let o = op.builtin_options_as_transpose_conv_options().ok_or_else(|| missing("TransposeConvOptions"))?;
+                let o = op
+                    .builtin_options_as_transpose_conv_options()
+                    .ok_or_else(|| missing("TransposeConvOptions"))?;
                 Op::TransposeConv(TransposeConv {
                     padding: padding_from_fb(o.padding())?,
-                    stride: [positive(o.stride_h(), "stride_h")?, positive(o.stride_w(), "stride_w")?],
+                    stride: [
+                        positive(o.stride_h(), "stride_h")?,
+                        positive(o.stride_w(), "stride_w")?,
+                    ],
                     activation: activation_from_fb(o.fused_activation_function())?,
                 })
             }
@@ -390,14 +478,19 @@ impl Reader<'_, '_> {
                     );
                 }
                 Op::FullyConnected {
-                    activation: activation_from_fb(o.map(|o| o.fused_activation_function()).unwrap_or_default())?,
+                    activation: activation_from_fb(
+                        o.map(|o| o.fused_activation_function()).unwrap_or_default(),
+                    )?,
                     keep_num_dims: o.is_some_and(|o| o.keep_num_dims()),
                 }
             }
             B::BATCH_MATMUL => {
                 expect(fb::BuiltinOptions::BatchMatMulOptions)?;
                 let o = op.builtin_options_as_batch_mat_mul_options();
-                Op::BatchMatMul { adj_x: o.is_some_and(|o| o.adj_x()), adj_y: o.is_some_and(|o| o.adj_y()) }
+                Op::BatchMatMul {
+                    adj_x: o.is_some_and(|o| o.adj_x()),
+                    adj_y: o.is_some_and(|o| o.adj_y()),
+                }
             }
             B::DEQUANTIZE => Op::Dequantize,
             B::DENSIFY => Op::Densify,
@@ -405,7 +498,11 @@ impl Reader<'_, '_> {
             B::PADV2 => Op::PadV2,
             B::MEAN => {
                 expect(fb::BuiltinOptions::ReducerOptions)?;
-                Op::Mean { keep_dims: op.builtin_options_as_reducer_options().is_some_and(|o| o.keep_dims()) }
+                Op::Mean {
+                    keep_dims: op
+                        .builtin_options_as_reducer_options()
+                        .is_some_and(|o| o.keep_dims()),
+                }
             }
             B::RESHAPE => {
                 expect(fb::BuiltinOptions::ReshapeOptions)?;
@@ -428,12 +525,19 @@ impl Reader<'_, '_> {
             }
             B::SHAPE => {
                 expect(fb::BuiltinOptions::ShapeOptions)?;
-                let out = op.builtin_options_as_shape_options().map(|o| o.out_type()).unwrap_or(fb::TensorType::INT32);
-                Op::Shape { out_type: dtype_from_fb(out)? }
+                let out = op
+                    .builtin_options_as_shape_options()
+                    .map(|o| o.out_type())
+                    .unwrap_or(fb::TensorType::INT32);
+                Op::Shape {
+                    out_type: dtype_from_fb(out)?,
+                }
             }
             B::PACK => {
                 expect(fb::BuiltinOptions::PackOptions)?;
-                let o = op.builtin_options_as_pack_options().ok_or_else(|| missing("PackOptions"))?;
+                let o = op
+                    .builtin_options_as_pack_options()
+                    .ok_or_else(|| missing("PackOptions"))?;
                 Op::Pack {
                     axis: o.axis(),
                     values_count: usize::try_from(o.values_count())
@@ -455,13 +559,21 @@ impl Reader<'_, '_> {
             B::SLICE => Op::Slice,
             B::SPLIT => {
                 expect(fb::BuiltinOptions::SplitOptions)?;
-                let o = op.builtin_options_as_split_options().ok_or_else(|| missing("SplitOptions"))?;
-                Op::Split { num_splits: positive(o.num_splits(), "num_splits")? }
+                let o = op
+                    .builtin_options_as_split_options()
+                    .ok_or_else(|| missing("SplitOptions"))?;
+                Op::Split {
+                    num_splits: positive(o.num_splits(), "num_splits")?,
+                }
             }
             B::TRANSPOSE => Op::Transpose,
             B::SOFTMAX => {
                 expect(fb::BuiltinOptions::SoftmaxOptions)?;
-                Op::Softmax { beta: op.builtin_options_as_softmax_options().map_or(1.0, |o| o.beta()) }
+                Op::Softmax {
+                    beta: op
+                        .builtin_options_as_softmax_options()
+                        .map_or(1.0, |o| o.beta()),
+                }
             }
             B::LOGISTIC => Op::Unary(UnaryKind::Logistic),
             B::TANH => Op::Unary(UnaryKind::Tanh),
@@ -471,7 +583,11 @@ impl Reader<'_, '_> {
             B::HARD_SWISH => Op::Unary(UnaryKind::HardSwish),
             B::LEAKY_RELU => {
                 expect(fb::BuiltinOptions::LeakyReluOptions)?;
-                Op::Unary(UnaryKind::LeakyRelu { alpha: op.builtin_options_as_leaky_relu_options().map_or(0.0, |o| o.alpha()) })
+                Op::Unary(UnaryKind::LeakyRelu {
+                    alpha: op
+                        .builtin_options_as_leaky_relu_options()
+                        .map_or(0.0, |o| o.alpha()),
+                })
             }
             B::PRELU => Op::Prelu,
             B::RESIZE_BILINEAR => {
@@ -492,13 +608,21 @@ impl Reader<'_, '_> {
             }
             B::DEPTH_TO_SPACE => {
                 expect(fb::BuiltinOptions::DepthToSpaceOptions)?;
-                let o = op.builtin_options_as_depth_to_space_options().ok_or_else(|| missing("DepthToSpaceOptions"))?;
-                Op::DepthToSpace { block_size: positive(o.block_size(), "block_size")? }
+                let o = op
+                    .builtin_options_as_depth_to_space_options()
+                    .ok_or_else(|| missing("DepthToSpaceOptions"))?;
+                Op::DepthToSpace {
+                    block_size: positive(o.block_size(), "block_size")?,
+                }
             }
             B::SPACE_TO_DEPTH => {
                 expect(fb::BuiltinOptions::SpaceToDepthOptions)?;
-                let o = op.builtin_options_as_space_to_depth_options().ok_or_else(|| missing("SpaceToDepthOptions"))?;
-                Op::SpaceToDepth { block_size: positive(o.block_size(), "block_size")? }
+                let o = op
+                    .builtin_options_as_space_to_depth_options()
+                    .ok_or_else(|| missing("SpaceToDepthOptions"))?;
+                Op::SpaceToDepth {
+                    block_size: positive(o.block_size(), "block_size")?,
+                }
             }
             B::CUSTOM => {
                 let name = code.custom.clone().unwrap_or_default();
@@ -509,7 +633,10 @@ impl Reader<'_, '_> {
                     Op::Custom { name, options }
                 }
             }
-            other => Op::OtherBuiltin { code: other.0, has_options: kind != fb::BuiltinOptions::NONE },
+            other => Op::OtherBuiltin {
+                code: other.0,
+                has_options: kind != fb::BuiltinOptions::NONE,
+            },
         })
     }
 
@@ -517,11 +644,16 @@ impl Reader<'_, '_> {
         if let Some(o) = op.custom_options() {
             return Ok(o.bytes().to_vec());
         }
-        let (offset, size) = (op.large_custom_options_offset(), op.large_custom_options_size());
+        let (offset, size) = (
+            op.large_custom_options_offset(),
+            op.large_custom_options_size(),
+        );
         if offset > 1 {
             let bytes = self.file.bytes;
             let s = usize::try_from(offset).ok();
-            let e = s.zip(usize::try_from(size).ok()).and_then(|(s, n)| s.checked_add(n));
+            let e = s
+                .zip(usize::try_from(size).ok())
+                .and_then(|(s, n)| s.checked_add(n));
             return match (s, e) {
                 (Some(s), Some(e)) if e <= bytes.len() => Ok(bytes[s..e].to_vec()),
                 _ => bail!("custom options at {offset}..+{size} lie past the end of the file"),
@@ -539,7 +671,8 @@ fn transpose_conv_bias_options(raw: &[u8]) -> Result<TransposeConv> {
         "{TRANSPOSE_CONV_BIAS} options are {} bytes, need 12 (padding, stride_w, stride_h)",
         raw.len()
     );
-    let word = |i: usize| i32::from_le_bytes([raw[4 * i], raw[4 * i + 1], raw[4 * i + 2], raw[4 * i + 3]]);
+    let word =
+        |i: usize| i32::from_le_bytes([raw[4 * i], raw[4 * i + 1], raw[4 * i + 2], raw[4 * i + 3]]);
     let padding = match word(0) {
         1 => Padding::Same,
         2 => Padding::Valid,
@@ -547,7 +680,10 @@ fn transpose_conv_bias_options(raw: &[u8]) -> Result<TransposeConv> {
     };
     Ok(TransposeConv {
         padding,
-        stride: [positive(word(2), "stride_h")?, positive(word(1), "stride_w")?],
+        stride: [
+            positive(word(2), "stride_h")?,
+            positive(word(1), "stride_w")?,
+        ],
         activation: Activation::None,
     })
 }
@@ -620,31 +756,53 @@ fn activation_from_fb(a: fb::ActivationFunctionType) -> Result<Activation> {
 }
 
 fn sparsity_from_fb(s: fb::SparsityParameters<'_>) -> Result<Sparsity> {
-    let index_vector = |kind: fb::SparseIndexVector, d: &fb::DimensionMetadata<'_>, segments: bool| {
-        let v = match kind {
-            fb::SparseIndexVector::Int32Vector => {
-                let t = if segments { d.array_segments_as_int_32_vector() } else { d.array_indices_as_int_32_vector() };
-                t.and_then(|t| t.values()).map(|v| IndexVector::I32(v.iter().collect()))
-            }
-            fb::SparseIndexVector::Uint16Vector => {
-                let t = if segments { d.array_segments_as_uint_16_vector() } else { d.array_indices_as_uint_16_vector() };
-                t.and_then(|t| t.values()).map(|v| IndexVector::U16(v.iter().collect()))
-            }
-            fb::SparseIndexVector::Uint8Vector => {
-                let t = if segments { d.array_segments_as_uint_8_vector() } else { d.array_indices_as_uint_8_vector() };
-                t.and_then(|t| t.values()).map(|v| IndexVector::U8(v.iter().collect()))
-            }
-            _ => None,
+    let index_vector =
+        |kind: fb::SparseIndexVector, d: &fb::DimensionMetadata<'_>, segments: bool| {
+            let v = match kind {
+                fb::SparseIndexVector::Int32Vector => {
+                    let t = if segments {
+                        d.array_segments_as_int_32_vector()
+                    } else {
+                        d.array_indices_as_int_32_vector()
+                    };
+                    t.and_then(|t| t.values())
+                        .map(|v| IndexVector::I32(v.iter().collect()))
+                }
+                fb::SparseIndexVector::Uint16Vector => {
+                    let t = if segments {
+                        d.array_segments_as_uint_16_vector()
+                    } else {
+                        d.array_indices_as_uint_16_vector()
+                    };
+                    t.and_then(|t| t.values())
+                        .map(|v| IndexVector::U16(v.iter().collect()))
+                }
+                fb::SparseIndexVector::Uint8Vector => {
+                    let t = if segments {
+                        d.array_segments_as_uint_8_vector()
+                    } else {
+                        d.array_indices_as_uint_8_vector()
+                    };
+                    t.and_then(|t| t.values())
+                        .map(|v| IndexVector::U8(v.iter().collect()))
+                }
+                _ => None,
+            };
+            v.ok_or_else(|| {
+                anyhow!(
+                    "sparse dimension without {} vector",
+                    if segments { "segment" } else { "index" }
+                )
+            })
         };
-        v.ok_or_else(|| anyhow!("sparse dimension without {} vector", if segments { "segment" } else { "index" }))
-    };
     let dims = s
         .dim_metadata()
         .unwrap_or_default()
         .iter()
         .map(|d| match d.format() {
             fb::DimensionType::DENSE => Ok(DimStorage::Dense {
-                size: usize::try_from(d.dense_size()).map_err(|_| anyhow!("negative dense_size"))?,
+                size: usize::try_from(d.dense_size())
+                    .map_err(|_| anyhow!("negative dense_size"))?,
             }),
             fb::DimensionType::SPARSE_CSR => Ok(DimStorage::SparseCsr {
                 segments: index_vector(d.array_segments_type(), &d, true)?,
@@ -654,8 +812,14 @@ fn sparsity_from_fb(s: fb::SparsityParameters<'_>) -> Result<Sparsity> {
         })
         .collect::<Result<_>>()?;
     Ok(Sparsity {
-        traversal_order: s.traversal_order().map(|v| v.iter().collect()).unwrap_or_default(),
-        block_map: s.block_map().map(|v| v.iter().collect()).unwrap_or_default(),
+        traversal_order: s
+            .traversal_order()
+            .map(|v| v.iter().collect())
+            .unwrap_or_default(),
+        block_map: s
+            .block_map()
+            .map(|v| v.iter().collect())
+            .unwrap_or_default(),
         dims,
     })
 }

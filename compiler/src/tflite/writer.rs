@@ -47,7 +47,12 @@ pub fn write_model(graph: &Graph) -> Result<Vec<u8>> {
         });
         operators.push(fb::OperatorT {
             opcode_index,
-            inputs: Some(n.inputs.iter().map(|t| t.map_or(-1, |t| t.0 as i32)).collect()),
+            inputs: Some(
+                n.inputs
+                    .iter()
+                    .map(|t| t.map_or(-1, |t| t.0 as i32))
+                    .collect(),
+            ),
             outputs: Some(n.outputs.iter().map(|t| t.0 as i32).collect()),
             builtin_options,
             custom_options,
@@ -59,13 +64,22 @@ pub fn write_model(graph: &Graph) -> Result<Vec<u8>> {
         .metadata
         .iter()
         .map(|m| {
-            buffers.push(fb::BufferT { data: Some(m.data.clone()), ..Default::default() });
-            fb::MetadataT { name: Some(m.name.clone()), buffer: (buffers.len() - 1) as u32 }
+            buffers.push(fb::BufferT {
+                data: Some(m.data.clone()),
+                ..Default::default()
+            });
+            fb::MetadataT {
+                name: Some(m.name.clone()),
+                buffer: (buffers.len() - 1) as u32,
+            }
         })
         .collect();
     let tensor_maps = |list: &[(String, crate::ir::TensorId)]| {
         list.iter()
-            .map(|(name, t)| fb::TensorMapT { name: Some(name.clone()), tensor_index: t.0 as u32 })
+            .map(|(name, t)| fb::TensorMapT {
+                name: Some(name.clone()),
+                tensor_index: t.0 as u32,
+            })
             .collect::<Vec<_>>()
     };
     let signature_defs = graph
@@ -108,14 +122,19 @@ pub fn write_model(graph: &Graph) -> Result<Vec<u8>> {
 fn tensor_t(t: &Tensor, buffers: &mut Vec<fb::BufferT>) -> Result<fb::TensorT> {
     let buffer = match &t.data {
         Some(data) => {
-            buffers.push(fb::BufferT { data: Some(data.to_vec()), ..Default::default() });
+            buffers.push(fb::BufferT {
+                data: Some(data.to_vec()),
+                ..Default::default()
+            });
             (buffers.len() - 1) as u32
         }
         None => 0,
     };
     let dims = |v: &[usize]| -> Result<Vec<i32>> {
         v.iter()
-            .map(|&d| i32::try_from(d).with_context(|| format!("dimension {d} does not fit in int32")))
+            .map(|&d| {
+                i32::try_from(d).with_context(|| format!("dimension {d} does not fit in int32"))
+            })
             .collect()
     };
     Ok(fb::TensorT {
@@ -148,9 +167,15 @@ fn tensor_t(t: &Tensor, buffers: &mut Vec<fb::BufferT>) -> Result<fb::TensorT> {
 
 fn dim_metadata_t(d: &DimStorage) -> fb::DimensionMetadataT {
     let vector = |v: &IndexVector| match v {
-        IndexVector::I32(v) => fb::SparseIndexVectorT::Int32Vector(Box::new(fb::Int32VectorT { values: Some(v.clone()) })),
-        IndexVector::U16(v) => fb::SparseIndexVectorT::Uint16Vector(Box::new(fb::Uint16VectorT { values: Some(v.clone()) })),
-        IndexVector::U8(v) => fb::SparseIndexVectorT::Uint8Vector(Box::new(fb::Uint8VectorT { values: Some(v.clone()) })),
+        IndexVector::I32(v) => fb::SparseIndexVectorT::Int32Vector(Box::new(fb::Int32VectorT {
+            values: Some(v.clone()),
+        })),
+        IndexVector::U16(v) => fb::SparseIndexVectorT::Uint16Vector(Box::new(fb::Uint16VectorT {
+            values: Some(v.clone()),
+        })),
+        IndexVector::U8(v) => fb::SparseIndexVectorT::Uint8Vector(Box::new(fb::Uint8VectorT {
+            values: Some(v.clone()),
+        })),
     };
     match d {
         DimStorage::Dense { size } => fb::DimensionMetadataT {
@@ -176,77 +201,133 @@ fn options_t(op: &Op) -> Result<OpOptions> {
     let builtin = |o: O| Ok((None, o, None));
     match op {
         Op::Binary { kind, activation } => builtin(match kind {
-            BinaryKind::Add => O::AddOptions(Box::new(fb::AddOptionsT { fused_activation_function: act(*activation), pot_scale_int16: true })),
-            BinaryKind::Sub => O::SubOptions(Box::new(fb::SubOptionsT { fused_activation_function: act(*activation), pot_scale_int16: true })),
-            BinaryKind::Mul => O::MulOptions(Box::new(fb::MulOptionsT { fused_activation_function: act(*activation) })),
-            BinaryKind::Div => O::DivOptions(Box::new(fb::DivOptionsT { fused_activation_function: act(*activation) })),
+            BinaryKind::Add => O::AddOptions(Box::new(fb::AddOptionsT {
+                fused_activation_function: act(*activation),
+                pot_scale_int16: true,
+            })),
+            BinaryKind::Sub => O::SubOptions(Box::new(fb::SubOptionsT {
+                fused_activation_function: act(*activation),
+                pot_scale_int16: true,
+            })),
+            BinaryKind::Mul => O::MulOptions(Box::new(fb::MulOptionsT {
+                fused_activation_function: act(*activation),
+            })),
+            BinaryKind::Div => O::DivOptions(Box::new(fb::DivOptionsT {
+                fused_activation_function: act(*activation),
+            })),
         }),
-        Op::Unary(UnaryKind::LeakyRelu { alpha }) => builtin(O::LeakyReluOptions(Box::new(fb::LeakyReluOptionsT { alpha: *alpha }))),
+        Op::Unary(UnaryKind::LeakyRelu { alpha }) => {
+            builtin(O::LeakyReluOptions(Box::new(fb::LeakyReluOptionsT {
+                alpha: *alpha,
+            })))
+        }
         Op::Unary(UnaryKind::HardSwish) => builtin(O::HardSwishOptions(Box::default())),
         Op::Unary(_) | Op::Prelu | Op::Slice => builtin(O::NONE),
         Op::AveragePool2d(p) | Op::MaxPool2d(p) => builtin(O::Pool2DOptions(Box::new(pool_t(p)))),
-        Op::Concatenation { axis, activation } => builtin(O::ConcatenationOptions(Box::new(fb::ConcatenationOptionsT {
-            axis: *axis,
-            fused_activation_function: act(*activation),
-        }))),
+        Op::Concatenation { axis, activation } => builtin(O::ConcatenationOptions(Box::new(
+            fb::ConcatenationOptionsT {
+                axis: *axis,
+                fused_activation_function: act(*activation),
+            },
+        ))),
         Op::Conv2d(c) => builtin(O::Conv2DOptions(Box::new(conv_t(c)))),
         Op::DepthwiseConv2d(c) => builtin(O::DepthwiseConv2DOptions(Box::new(depthwise_t(c)))),
         Op::TransposeConv(c) => builtin(O::TransposeConvOptions(Box::new(transpose_conv_t(c)))),
-        Op::FullyConnected { activation, keep_num_dims } => builtin(O::FullyConnectedOptions(Box::new(fb::FullyConnectedOptionsT {
-            fused_activation_function: act(*activation),
-            keep_num_dims: *keep_num_dims,
-            ..Default::default()
-        }))),
-        Op::BatchMatMul { adj_x, adj_y } => builtin(O::BatchMatMulOptions(Box::new(fb::BatchMatMulOptionsT {
-            adj_x: *adj_x,
-            adj_y: *adj_y,
-            asymmetric_quantize_inputs: false,
-        }))),
+        Op::FullyConnected {
+            activation,
+            keep_num_dims,
+        } => builtin(O::FullyConnectedOptions(Box::new(
+            fb::FullyConnectedOptionsT {
+                fused_activation_function: act(*activation),
+                keep_num_dims: *keep_num_dims,
+                ..Default::default()
+            },
+        ))),
+        Op::BatchMatMul { adj_x, adj_y } => {
+            builtin(O::BatchMatMulOptions(Box::new(fb::BatchMatMulOptionsT {
+                adj_x: *adj_x,
+                adj_y: *adj_y,
+                asymmetric_quantize_inputs: false,
+            })))
+        }
         Op::Dequantize => builtin(O::DequantizeOptions(Box::default())),
         Op::Densify => builtin(O::DensifyOptions(Box::default())),
         Op::Pad => builtin(O::PadOptions(Box::default())),
         Op::PadV2 => builtin(O::PadV2Options(Box::default())),
-        Op::Mean { keep_dims } => builtin(O::ReducerOptions(Box::new(fb::ReducerOptionsT { keep_dims: *keep_dims }))),
-        Op::Reshape { new_shape } => builtin(O::ReshapeOptions(Box::new(fb::ReshapeOptionsT { new_shape: new_shape.clone() }))),
-        Op::Squeeze { dims } => builtin(O::SqueezeOptions(Box::new(fb::SqueezeOptionsT { squeeze_dims: Some(dims.clone()) }))),
-        Op::Shape { out_type } => builtin(O::ShapeOptions(Box::new(fb::ShapeOptionsT { out_type: dtype_to_fb(*out_type) }))),
+        Op::Mean { keep_dims } => builtin(O::ReducerOptions(Box::new(fb::ReducerOptionsT {
+            keep_dims: *keep_dims,
+        }))),
+        Op::Reshape { new_shape } => builtin(O::ReshapeOptions(Box::new(fb::ReshapeOptionsT {
+            new_shape: new_shape.clone(),
+        }))),
+        Op::Squeeze { dims } => builtin(O::SqueezeOptions(Box::new(fb::SqueezeOptionsT {
+            squeeze_dims: Some(dims.clone()),
+        }))),
+        Op::Shape { out_type } => builtin(O::ShapeOptions(Box::new(fb::ShapeOptionsT {
+            out_type: dtype_to_fb(*out_type),
+        }))),
         Op::Pack { axis, values_count } => builtin(O::PackOptions(Box::new(fb::PackOptionsT {
             values_count: *values_count as i32,
             axis: *axis,
         }))),
-        Op::StridedSlice(s) => builtin(O::StridedSliceOptions(Box::new(fb::StridedSliceOptionsT {
-            begin_mask: s.begin_mask,
-            end_mask: s.end_mask,
-            ellipsis_mask: s.ellipsis_mask,
-            new_axis_mask: s.new_axis_mask,
-            shrink_axis_mask: s.shrink_axis_mask,
-            offset: s.offset,
+        Op::StridedSlice(s) => {
+            builtin(O::StridedSliceOptions(Box::new(fb::StridedSliceOptionsT {
+                begin_mask: s.begin_mask,
+                end_mask: s.end_mask,
+                ellipsis_mask: s.ellipsis_mask,
+                new_axis_mask: s.new_axis_mask,
+                shrink_axis_mask: s.shrink_axis_mask,
+                offset: s.offset,
+            })))
+        }
+        Op::Split { num_splits } => builtin(O::SplitOptions(Box::new(fb::SplitOptionsT {
+            num_splits: *num_splits as i32,
         }))),
-        Op::Split { num_splits } => builtin(O::SplitOptions(Box::new(fb::SplitOptionsT { num_splits: *num_splits as i32 }))),
         Op::Transpose => builtin(O::TransposeOptions(Box::default())),
-        Op::Softmax { beta } => builtin(O::SoftmaxOptions(Box::new(fb::SoftmaxOptionsT { beta: *beta }))),
-        Op::ResizeBilinear { align_corners, half_pixel_centers } => {
-            builtin(O::ResizeBilinearOptions(Box::new(fb::ResizeBilinearOptionsT {
+        Op::Softmax { beta } => builtin(O::SoftmaxOptions(Box::new(fb::SoftmaxOptionsT {
+            beta: *beta,
+        }))),
+        Op::ResizeBilinear {
+            align_corners,
+            half_pixel_centers,
+        } => builtin(O::ResizeBilinearOptions(Box::new(
+            fb::ResizeBilinearOptionsT {
                 align_corners: *align_corners,
                 half_pixel_centers: *half_pixel_centers,
-            })))
-        }
-        Op::ResizeNearestNeighbor { align_corners, half_pixel_centers } => {
-            builtin(O::ResizeNearestNeighborOptions(Box::new(fb::ResizeNearestNeighborOptionsT {
+            },
+        ))),
+        Op::ResizeNearestNeighbor {
+            align_corners,
+            half_pixel_centers,
+        } => builtin(O::ResizeNearestNeighborOptions(Box::new(
+            fb::ResizeNearestNeighborOptionsT {
                 align_corners: *align_corners,
                 half_pixel_centers: *half_pixel_centers,
+            },
+        ))),
+        Op::DepthToSpace { block_size } => {
+            builtin(O::DepthToSpaceOptions(Box::new(fb::DepthToSpaceOptionsT {
+                block_size: *block_size as i32,
             })))
         }
-        Op::DepthToSpace { block_size } => builtin(O::DepthToSpaceOptions(Box::new(fb::DepthToSpaceOptionsT { block_size: *block_size as i32 }))),
-        Op::SpaceToDepth { block_size } => builtin(O::SpaceToDepthOptions(Box::new(fb::SpaceToDepthOptionsT { block_size: *block_size as i32 }))),
+        Op::SpaceToDepth { block_size } => {
+            builtin(O::SpaceToDepthOptions(Box::new(fb::SpaceToDepthOptionsT {
+                block_size: *block_size as i32,
+            })))
+        }
         Op::TransposeConvBias(c) => Ok((
             Some(crate::ir::op::TRANSPOSE_CONV_BIAS.to_string()),
             O::NONE,
             Some(encode_transpose_conv_bias_options(c)),
         )),
         Op::Custom { name, options } => Ok((Some(name.clone()), O::NONE, Some(options.clone()))),
-        Op::OtherBuiltin { has_options: false, .. } => builtin(O::NONE),
-        Op::OtherBuiltin { code, has_options: true } => bail!(
+        Op::OtherBuiltin {
+            has_options: false, ..
+        } => builtin(O::NONE),
+        Op::OtherBuiltin {
+            code,
+            has_options: true,
+        } => bail!(
             "cannot write builtin operator {} (code {code}): tandem does not model its options",
             crate::ir::op::builtin_name(fb::BuiltinOperator(*code))
         ),
@@ -354,16 +435,33 @@ mod tests {
         let mut b = GraphBuilder::new();
         let x = b.input("x", DType::F32, &[1, 5, 5, 3]);
         let w = b.const_f32("w", &[4, 3, 3, 3], &[0.5; 108]);
-        let conv = Conv2d { padding: Padding::Valid, stride: [2, 1], dilation: [1, 1], activation: Activation::Relu6 };
-        let y = b.op(Op::Conv2d(conv), &[Some(x), Some(w), None], 1).expect("conv")[0];
+        let conv = Conv2d {
+            padding: Padding::Valid,
+            stride: [2, 1],
+            dilation: [1, 1],
+            activation: Activation::Relu6,
+        };
+        let y = b
+            .op(Op::Conv2d(conv), &[Some(x), Some(w), None], 1)
+            .expect("conv")[0];
         let axes = b.const_i32("axes", &[2], &[1, 2]);
-        let z = b.op1(Op::Mean { keep_dims: true }, &[y, axes]).expect("mean");
+        let z = b
+            .op1(Op::Mean { keep_dims: true }, &[y, axes])
+            .expect("mean");
         b.output(z);
         let mut graph = b.finish("unit");
-        graph.metadata.push(crate::ir::Metadata { name: "plan".into(), data: vec![1, 2, 3] });
+        graph.metadata.push(crate::ir::Metadata {
+            name: "plan".into(),
+            data: vec![1, 2, 3],
+        });
         let back = read_model(&write_model(&graph).expect("writes")).expect("reads");
         assert_eq!(back.tensors, graph.tensors);
-        let ops = |g: &Graph| g.dag.node_weights().map(|n| (n.op.clone(), n.inputs.clone(), n.outputs.clone())).collect::<Vec<_>>();
+        let ops = |g: &Graph| {
+            g.dag
+                .node_weights()
+                .map(|n| (n.op.clone(), n.inputs.clone(), n.outputs.clone()))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(ops(&back), ops(&graph));
         assert_eq!(back.tensor(back.outputs[0]).shape, vec![1, 1, 1, 4]);
         assert_eq!(back.metadata, graph.metadata);

@@ -8,9 +8,27 @@ fn basic_block(net: &mut Net, x: TensorId, channels: usize, stride: usize) -> Re
     let cin = net.b.shape(x)[3];
     let y = net.conv(x, channels, [3, 3], stride, Activation::Relu)?;
     // A small gain on the last conv keeps the residual sum from growing block after block.
-    let y = net.conv_full(y, channels, [3, 3], 1, 1, Padding::Same, Activation::None, 0.35)?;
+    let y = net.conv_full(
+        y,
+        channels,
+        [3, 3],
+        1,
+        1,
+        Padding::Same,
+        Activation::None,
+        0.35,
+    )?;
     let shortcut = if stride != 1 || cin != channels {
-        net.conv_full(x, channels, [1, 1], stride, 1, Padding::Same, Activation::None, 1.0)?
+        net.conv_full(
+            x,
+            channels,
+            [1, 1],
+            stride,
+            1,
+            Padding::Same,
+            Activation::None,
+            1.0,
+        )?
     } else {
         x
     };
