@@ -7,6 +7,7 @@
 
 extern crate alloc; // the generated flatbuffers bindings name `alloc::` paths
 
+pub mod dispatch;
 pub mod inspect;
 pub mod ir;
 pub mod tflite;

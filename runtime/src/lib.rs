@@ -5,6 +5,7 @@
 //! tools exchange. The compiled-model format, the CPU kernels and the OpenCL backend join it as the
 //! project grows (see `docs/architecture.md` in the shared docs).
 
+pub mod cpu;
 pub mod dtype;
 pub mod npy;
 

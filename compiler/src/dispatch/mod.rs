@@ -1,0 +1,1 @@
+//! Emulation of GPU dispatch decisions (being written).

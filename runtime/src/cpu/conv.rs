@@ -1,0 +1,322 @@
+//! CONV_2D (and grouped convolution): im2col plus GEMM, over an output-channel range.
+
+use super::gemm::{matmul, MatRef};
+use super::shared::SharedOut;
+use super::threads::ThreadPool;
+use super::Activation;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+
+/// Geometry of a 2-D convolution, NHWC. `[h, w]` order in every pair.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConvParams {
+    /// [N, H, W, C_in]
+    pub input: [usize; 4],
+    /// [N, H_out, W_out, C_out]
+    pub output: [usize; 4],
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub dilation: [usize; 2],
+    /// Zeros before the first row and column (top, left); the rest of the SAME padding is after.
+    pub pad: [usize; 2],
+    /// Channel groups (1 for a standard convolution); C_in and C_out are multiples of it.
+    pub groups: usize,
+    pub activation: Activation,
+}
+
+impl ConvParams {
+    /// Input channels per group.
+    pub fn group_in(&self) -> usize {
+        self.input[3] / self.groups
+    }
+
+    /// Output channels per group.
+    pub fn group_out(&self) -> usize {
+        self.output[3] / self.groups
+    }
+
+    /// Rows of one group's packed weight matrix: KH × KW × C_in per group.
+    pub fn depth(&self) -> usize {
+        self.kernel[0] * self.kernel[1] * self.group_in()
+    }
+
+    /// Elements of the packed weights.
+    pub fn packed_len(&self) -> usize {
+        self.depth() * self.output[3]
+    }
+
+    /// Checks the geometry is consistent; the message says what is not.
+    pub fn validate(&self) -> Result<(), String> {
+        let [n, h, w, ci] = self.input;
+        let [no, ho, wo, co] = self.output;
+        if n != no {
+            return Err(format!("batch {n} in but {no} out"));
+        }
+        if self.groups == 0 || ci % self.groups != 0 || co % self.groups != 0 {
+            return Err(format!("{ci} → {co} channels do not divide into {} groups", self.groups));
+        }
+        if self.stride.contains(&0) || self.dilation.contains(&0) || self.kernel.contains(&0) {
+            return Err("zero stride, dilation or kernel size".into());
+        }
+        for d in 0..2 {
+            let (size, out) = ([h, w][d], [ho, wo][d]);
+            // The last window must start inside the padded input.
+            if out > 0 && (out - 1) * self.stride[d] >= size + self.pad[d] {
+                return Err(format!("output size {out} does not fit input size {size} in dimension {d}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Packs TFLite conv weights `[C_out, KH, KW, C_in/groups]` into per-group GEMM matrices
+/// `[groups][KH·KW·C_in/groups][C_out/groups]` (row-major), the layout [`conv2d`] reads.
+pub fn pack_conv_weights(weights: &[f32], p: &ConvParams) -> Vec<f32> {
+    let (k, gout) = (p.depth(), p.group_out());
+    let mut packed = vec![0.0; p.packed_len()];
+    for o in 0..p.output[3] {
+        let (g, oc) = (o / gout, o % gout);
+        for r in 0..k {
+            packed[g * k * gout + r * gout + oc] = weights[o * k + r];
+        }
+    }
+    packed
+}
+
+thread_local! {
+    static IM2COL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Output pixels per task: enough to amortise a GEMM call, small enough that the im2col tile stays
+/// in cache.
+fn tile_pixels(depth: usize) -> usize {
+    ((1 << 16) / depth.max(1)).clamp(32, 512)
+}
+
+/// Computes output channels `[c0, c1)` of the convolution into `out` (the full output tensor),
+/// leaving other channels untouched. `weights` is [`pack_conv_weights`]'s layout; `bias` has C_out
+/// entries.
+///
+/// Preconditions (checked by the artifact loader): `p.validate()` holds, slice lengths match the
+/// shapes, `c0 <= c1 <= C_out`.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d(
+    input: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    p: &ConvParams,
+    c0: usize,
+    c1: usize,
+    pool: &ThreadPool,
+) {
+    let [n, _, _, cin] = p.input;
+    let [_, ho, wo, cout] = p.output;
+    debug_assert_eq!(out.len(), n * ho * wo * cout);
+    debug_assert_eq!(weights.len(), p.packed_len());
+    if c0 >= c1 {
+        return;
+    }
+    let pixels = ho * wo;
+    let tile = tile_pixels(p.depth());
+    let tiles = pixels.div_ceil(tile);
+    let pointwise = p.kernel == [1, 1] && p.stride == [1, 1] && p.pad == [0, 0] && p.groups == 1;
+    let shared = SharedOut::new(out);
+    pool.run(n * tiles, &|task| {
+        let (b, t) = (task / tiles, task % tiles);
+        let p0 = t * tile;
+        let rows = tile.min(pixels - p0);
+        // SAFETY: each task owns output pixels [p0, p0 + rows) of image b.
+        let dst = unsafe { shared.range((b * pixels + p0) * cout, rows * cout) };
+        for r in 0..rows {
+            let row = &mut dst[r * cout + c0..r * cout + c1];
+            match bias {
+                Some(bias) => row.copy_from_slice(&bias[c0..c1]),
+                None => row.fill(0.0),
+            }
+        }
+        let image = &input[b * p.input[1] * p.input[2] * cin..(b + 1) * p.input[1] * p.input[2] * cin];
+        if pointwise {
+            let lhs = MatRef::rows(&image[p0 * cin..], rows, cin, cin);
+            let rhs = MatRef::rows(&weights[c0..], cin, c1 - c0, cout);
+            matmul(&mut dst[c0..], cout, lhs, rhs, true);
+        } else {
+            IM2COL.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                let k = p.depth();
+                buf.resize(rows * k, 0.0);
+                let (gin, gout) = (p.group_in(), p.group_out());
+                for g in (c0 / gout)..c1.div_ceil(gout) {
+                    let (l0, l1) = (c0.max(g * gout) - g * gout, c1.min((g + 1) * gout) - g * gout);
+                    im2col(image, p, g * gin, p0, rows, &mut buf);
+                    let lhs = MatRef::rows(&buf, rows, k, k);
+                    let w = &weights[g * k * gout + l0..];
+                    let rhs = MatRef::rows(w, k, l1 - l0, gout);
+                    matmul(&mut dst[g * gout + l0..], cout, lhs, rhs, true);
+                }
+            });
+        }
+        if p.activation != Activation::None {
+            for r in 0..rows {
+                p.activation.apply_slice(&mut dst[r * cout + c0..r * cout + c1]);
+            }
+        }
+    });
+}
+
+/// Fills `buf` (`rows × KH·KW·C_in/groups`) with the receptive fields of output pixels
+/// `[p0, p0 + rows)` of one image, reading channels `[ch0, ch0 + C_in/groups)`.
+fn im2col(image: &[f32], p: &ConvParams, ch0: usize, p0: usize, rows: usize, buf: &mut [f32]) {
+    let [_, h, w, cin] = p.input;
+    let wo = p.output[2];
+    let gin = p.group_in();
+    let k = p.depth();
+    for r in 0..rows {
+        let (oy, ox) = ((p0 + r) / wo, (p0 + r) % wo);
+        let row = &mut buf[r * k..(r + 1) * k];
+        for ky in 0..p.kernel[0] {
+            let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pad[0] as isize;
+            for kx in 0..p.kernel[1] {
+                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize - p.pad[1] as isize;
+                let dst = &mut row[(ky * p.kernel[1] + kx) * gin..(ky * p.kernel[1] + kx + 1) * gin];
+                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                    dst.fill(0.0);
+                } else {
+                    let src = (iy as usize * w + ix as usize) * cin + ch0;
+                    dst.copy_from_slice(&image[src..src + gin]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) struct Rng(pub u64);
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        pub fn values(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| (self.next() % 2001) as f32 / 1000.0 - 1.0).collect()
+        }
+    }
+
+    /// Direct convolution from the definition, on TFLite's weight layout.
+    fn reference(input: &[f32], weights: &[f32], bias: &[f32], p: &ConvParams) -> Vec<f32> {
+        let [n, h, w, cin] = p.input;
+        let [_, ho, wo, cout] = p.output;
+        let (gin, gout) = (p.group_in(), p.group_out());
+        let mut out = vec![0.0; n * ho * wo * cout];
+        for b in 0..n {
+            for oy in 0..ho {
+                for ox in 0..wo {
+                    for o in 0..cout {
+                        let g = o / gout;
+                        let mut acc = bias[o];
+                        for ky in 0..p.kernel[0] {
+                            for kx in 0..p.kernel[1] {
+                                let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pad[0] as isize;
+                                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize - p.pad[1] as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                    continue;
+                                }
+                                for ci in 0..gin {
+                                    let x = input[((b * h + iy as usize) * w + ix as usize) * cin + g * gin + ci];
+                                    acc += x * weights[((o * p.kernel[0] + ky) * p.kernel[1] + kx) * gin + ci];
+                                }
+                            }
+                        }
+                        out[((b * ho + oy) * wo + ox) * cout + o] = p.activation.apply(acc);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matches_reference_on_random_geometries_and_channel_ranges() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let pool = ThreadPool::new(2);
+        for case in 0..60 {
+            let groups = [1, 1, 1, 2, 3][rng.below(5)];
+            let gin = 1 + rng.below(6);
+            let gout = 1 + rng.below(7);
+            let kernel = [1 + rng.below(4), 1 + rng.below(4)];
+            let stride = [1 + rng.below(3), 1 + rng.below(3)];
+            let dilation = [1 + rng.below(2), 1 + rng.below(2)];
+            let (h, w) = (kernel[0] * dilation[0] + rng.below(9), kernel[1] * dilation[1] + rng.below(9));
+            let same = rng.below(2) == 0;
+            let dim = |size: usize, d: usize| -> (usize, usize) {
+                let eff = (kernel[d] - 1) * dilation[d] + 1;
+                if same {
+                    let out = size.div_ceil(stride[d]);
+                    let total = ((out - 1) * stride[d] + eff).saturating_sub(size);
+                    (out, total / 2)
+                } else {
+                    ((size - eff) / stride[d] + 1, 0)
+                }
+            };
+            let ((ho, pt), (wo, pl)) = (dim(h, 0), dim(w, 1));
+            let n = 1 + rng.below(2);
+            let p = ConvParams {
+                input: [n, h, w, gin * groups],
+                output: [n, ho, wo, gout * groups],
+                kernel,
+                stride,
+                dilation,
+                pad: [pt, pl],
+                groups,
+                activation: [Activation::None, Activation::Relu, Activation::Relu6][case % 3],
+            };
+            p.validate().expect("valid geometry");
+            let input = rng.values(n * h * w * p.input[3]);
+            let weights = rng.values(p.output[3] * kernel[0] * kernel[1] * gin);
+            let bias = rng.values(p.output[3]);
+            let want = reference(&input, &weights, &bias, &p);
+            let packed = pack_conv_weights(&weights, &p);
+            let cout = p.output[3];
+            // The whole range at once, then the same result from two ranges split at random.
+            let mut got = vec![f32::NAN; want.len()];
+            conv2d(&input, &packed, Some(&bias), &mut got, &p, 0, cout, &pool);
+            let split = rng.below(cout + 1);
+            let mut halves = vec![f32::NAN; want.len()];
+            conv2d(&input, &packed, Some(&bias), &mut halves, &p, 0, split, &pool);
+            conv2d(&input, &packed, Some(&bias), &mut halves, &p, split, cout, &pool);
+            for (i, ((a, b), c)) in got.iter().zip(&halves).zip(&want).enumerate() {
+                assert!((a - c).abs() <= 1e-4 * c.abs().max(1.0), "case {case} {p:?} at {i}: {a} vs {c}");
+                assert_eq!(a.to_bits(), b.to_bits(), "case {case}: split at {split} changes element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_range_leaves_other_channels_untouched() {
+        let p = ConvParams {
+            input: [1, 4, 4, 3],
+            output: [1, 4, 4, 8],
+            kernel: [3, 3],
+            stride: [1, 1],
+            dilation: [1, 1],
+            pad: [1, 1],
+            groups: 1,
+            activation: Activation::None,
+        };
+        let mut rng = Rng(7);
+        let packed = pack_conv_weights(&rng.values(8 * 9 * 3), &p);
+        let mut out = vec![-5.0; 4 * 4 * 8];
+        conv2d(&rng.values(48), &packed, None, &mut out, &p, 2, 5, &ThreadPool::new(1));
+        for (i, v) in out.iter().enumerate() {
+            assert_eq!(*v == -5.0, !(2..5).contains(&(i % 8)), "element {i}");
+        }
+    }
+}
