@@ -7,7 +7,7 @@
 
 pub mod inputs;
 pub mod net;
-pub mod rng;
+pub use tandem_runtime::rng;
 pub mod tiny;
 pub mod zoo;
 

@@ -1,12 +1,13 @@
 //! Element types of tensors, as the TFLite format names them.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// The element type of a tensor.
 ///
 /// Covers every type a TFLite file can declare, so that any model can be inspected; kernels
 /// support only a subset (float32 first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DType {
     F32,
     F16,

@@ -5,8 +5,11 @@
 //! tools exchange. The compiled-model format, the CPU kernels and the OpenCL backend join it as the
 //! project grows (see `docs/architecture.md` in the shared docs).
 
+pub mod artifact;
 pub mod cpu;
 pub mod dtype;
 pub mod npy;
+pub mod rng;
+pub mod session;
 
 pub use dtype::DType;

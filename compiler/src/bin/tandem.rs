@@ -4,7 +4,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tandem_compiler::{inspect, tflite};
+use tandem_compiler::{inspect, run as runner, tflite};
 
 #[derive(Parser)]
 #[command(
@@ -27,6 +27,40 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compile a .tflite model into a .tandem artifact.
+    Compile {
+        /// The `.tflite` model.
+        model: PathBuf,
+        /// Output artifact (default: the model's path with extension `.tandem`).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Place every operator on the CPU (the only placement available so far).
+        #[arg(long)]
+        cpu_only: bool,
+        /// CPU threads to plan for.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+    /// Run a .tandem artifact (or a .tflite model, compiled in memory) on .npy inputs.
+    Run {
+        /// The `.tandem` artifact or `.tflite` model.
+        model: PathBuf,
+        /// Input `.npy` files in the model's input order (default: seeded random inputs).
+        #[arg(long = "input", num_args = 1..)]
+        inputs: Vec<PathBuf>,
+        /// Folder to write `output_0.npy`, `output_1.npy`, … into.
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
+        /// CPU threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Time this many runs after a warm-up and report min and median.
+        #[arg(long, default_value_t = 0)]
+        repeat: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -41,6 +75,38 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 print!("{}", inspect::render_table(&report));
+            }
+        }
+        Command::Compile { model, output, cpu_only: _, threads } => {
+            let artifact = runner::compile_file(&model, threads)?;
+            let output = output.unwrap_or_else(|| model.with_extension("tandem"));
+            let bytes = artifact.encode()?;
+            std::fs::write(&output, &bytes).with_context(|| format!("cannot write {}", output.display()))?;
+            println!(
+                "compiled {} → {} ({} steps, {:.1} MB, arena {:.1} MB)",
+                model.display(),
+                output.display(),
+                artifact.steps.len(),
+                bytes.len() as f64 / 1e6,
+                artifact.arena_bytes as f64 / 1e6
+            );
+        }
+        Command::Run { model, inputs, output_dir, threads, repeat, json } => {
+            let loaded = runner::load_model(&model, threads)?;
+            let values = runner::inputs_for(&loaded, &inputs)?;
+            let report = runner::run_model(&loaded, &values, threads, repeat, output_dir.as_deref())?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                for o in &report.outputs {
+                    match &o.path {
+                        Some(p) => println!("output '{}' {:?} → {}", o.name, o.shape, p.display()),
+                        None => println!("output '{}' {:?}", o.name, o.shape),
+                    }
+                }
+                if let Some(l) = &report.latency_ms {
+                    println!("latency over {} runs ({} threads): median {:.3} ms, min {:.3} ms", l.runs, threads, l.median, l.min);
+                }
             }
         }
     }

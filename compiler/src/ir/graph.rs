@@ -329,6 +329,48 @@ impl Graph {
         }
     }
 
+    /// Recomputes producers and edges from the nodes' operand lists, after a pass has edited
+    /// them. Fails if a tensor ends up with two producers.
+    pub fn rebuild_edges(&mut self) -> Result<()> {
+        self.dag.clear_edges();
+        self.producers.clear();
+        let nodes: Vec<NodeIndex> = self.dag.node_indices().collect();
+        for &n in &nodes {
+            for &out in &self.dag[n].outputs {
+                if self.producers.insert(out, n).is_some() {
+                    bail!("tensor {out} '{}' has two producers", self.tensors[out.0].name);
+                }
+            }
+        }
+        self.link_late_producers();
+        Ok(())
+    }
+
+    /// Removes a node (its outputs lose their producer). Call [`Graph::rebuild_edges`] after a
+    /// batch of edits.
+    pub fn remove_node(&mut self, node: NodeIndex) -> Option<Node> {
+        let removed = self.dag.remove_node(node)?;
+        for out in &removed.outputs {
+            self.producers.remove(out);
+        }
+        Some(removed)
+    }
+
+    /// Nodes reading `tensor`, with the operand slot.
+    pub fn consumers(&self, tensor: TensorId) -> Vec<(NodeIndex, usize)> {
+        self.dag
+            .node_indices()
+            .flat_map(|n| {
+                self.dag[n]
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, t)| **t == Some(tensor))
+                    .map(move |(slot, _)| (n, slot))
+            })
+            .collect()
+    }
+
     /// Input tensor of `node` at `slot`, if present.
     pub fn input(&self, node: NodeIndex, slot: usize) -> Option<&Tensor> {
         self.dag[node]

@@ -712,14 +712,24 @@ pub fn resolve_reshape(target: &[i64], elements: usize) -> Result<Vec<usize>> {
     Ok(out)
 }
 
-/// Output shape of STRIDED_SLICE and, for rank-1 inputs, the picked indices.
-fn strided_slice_shape(
+/// One input dimension of a resolved STRIDED_SLICE: read `count` indices `begin + k·stride`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SliceDim {
+    pub begin: usize,
+    pub stride: isize,
+    pub count: usize,
+    /// The dimension is dropped from the output (shrink_axis_mask).
+    pub shrink: bool,
+}
+
+/// Resolves STRIDED_SLICE's begin/end/strides and masks into per-dimension index ranges of `x`.
+pub fn resolve_strided_slice(
     x: &[usize],
     begin: &[i64],
     end: &[i64],
     strides: &[i64],
     a: &StridedSlice,
-) -> Result<(Vec<usize>, Vec<usize>)> {
+) -> Result<Vec<SliceDim>> {
     ensure!(
         a.ellipsis_mask == 0 && a.new_axis_mask == 0,
         "ellipsis_mask and new_axis_mask are not supported"
@@ -728,44 +738,36 @@ fn strided_slice_shape(
         begin.len() == end.len() && end.len() == strides.len() && begin.len() <= x.len(),
         "begin {begin:?}, end {end:?} and strides {strides:?} must match and cover at most the rank of {x:?}"
     );
-    let mut out = Vec::new();
-    let mut picks = Vec::new();
+    let mut dims = Vec::with_capacity(x.len());
     for (i, &dim) in x.iter().enumerate() {
         if i >= begin.len() {
-            out.push(dim);
+            dims.push(SliceDim { begin: 0, stride: 1, count: dim, shrink: false });
             continue;
         }
         let d = dim as i64;
         let s = strides[i];
         ensure!(s != 0, "stride {i} is zero");
         let clamp = |v: i64, lo: i64, hi: i64| v.max(lo).min(hi);
-        let norm = |v: i64| if v < 0 { v + d } else { v };
-        let shrink = a.shrink_axis_mask & (1 << i) != 0;
+        let norm = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
+        let bit = |mask: i32| i < 32 && mask & (1 << i) != 0;
+        let shrink = bit(a.shrink_axis_mask);
         let (b, e) = if s > 0 {
-            let b = if a.begin_mask & (1 << i) != 0 {
-                0
-            } else {
-                clamp(norm(begin[i]), 0, d)
-            };
+            let b = if bit(a.begin_mask) { 0 } else { clamp(norm(begin[i]), 0, d) };
             let e = if shrink {
                 b + 1
-            } else if a.end_mask & (1 << i) != 0 {
+            } else if bit(a.end_mask) {
                 d
             } else if a.offset {
-                clamp(b + end[i], 0, d)
+                clamp(b.saturating_add(end[i]), 0, d)
             } else {
                 clamp(norm(end[i]), 0, d)
             };
             (b, e)
         } else {
-            let b = if a.begin_mask & (1 << i) != 0 {
-                d - 1
-            } else {
-                clamp(norm(begin[i]), -1, d - 1)
-            };
+            let b = if bit(a.begin_mask) { d - 1 } else { clamp(norm(begin[i]), -1, d - 1) };
             let e = if shrink {
                 b - 1
-            } else if a.end_mask & (1 << i) != 0 {
+            } else if bit(a.end_mask) {
                 -1
             } else {
                 clamp(norm(end[i]), -1, d - 1)
@@ -773,24 +775,32 @@ fn strided_slice_shape(
             (b, e)
         };
         if shrink {
-            ensure!(
-                (0..d).contains(&b),
-                "shrunk index {} is outside dimension {i} of {x:?}",
-                begin[i]
-            );
+            ensure!((0..d).contains(&b), "shrunk index {} is outside dimension {i} of {x:?}", begin[i]);
         }
         let count = if s > 0 {
             ((e - b).max(0) + s - 1) / s
         } else {
             ((b - e).max(0) + (-s) - 1) / (-s)
         };
-        if x.len() == 1 {
-            picks = (0..count).map(|k| (b + k * s) as usize).collect();
-        }
-        if !shrink {
-            out.push(count as usize);
-        }
+        dims.push(SliceDim { begin: b.max(0) as usize, stride: s as isize, count: count as usize, shrink });
     }
+    Ok(dims)
+}
+
+/// Output shape of STRIDED_SLICE and, for rank-1 inputs, the picked indices.
+fn strided_slice_shape(
+    x: &[usize],
+    begin: &[i64],
+    end: &[i64],
+    strides: &[i64],
+    a: &StridedSlice,
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    let dims = resolve_strided_slice(x, begin, end, strides, a)?;
+    let out = dims.iter().filter(|d| !d.shrink).map(|d| d.count).collect();
+    let picks = match dims.as_slice() {
+        [d] => (0..d.count).map(|k| (d.begin as isize + k as isize * d.stride) as usize).collect(),
+        _ => Vec::new(),
+    };
     Ok((out, picks))
 }
 

@@ -7,6 +7,7 @@
 
 pub mod activation;
 pub mod batch_matmul;
+pub mod check;
 pub mod conv;
 pub mod depthwise;
 pub mod fully_connected;
@@ -14,5 +15,10 @@ pub(crate) mod shared;
 pub mod gemm;
 pub mod threads;
 pub mod transpose_conv;
+pub mod elementwise;
+pub mod layout;
+pub mod pool;
+pub mod reduce;
+pub mod resize;
 
 pub use activation::Activation;

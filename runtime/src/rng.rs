@@ -1,5 +1,5 @@
-//! A small seeded generator (SplitMix64) so zoo weights are identical on every machine and
-//! every version of every dependency.
+//! A small seeded generator (SplitMix64), so that zoo weights and default model inputs are the
+//! same on every machine and with every version of every dependency.
 
 /// SplitMix64: a 64-bit generator with a one-word state.
 #[derive(Debug, Clone)]

@@ -1,0 +1,123 @@
+//! `tandem compile` and `tandem run`: compiling to an artifact, and running a model on inputs
+//! from `.npy` files (or seeded random inputs), with optional timing.
+
+use crate::lower::{compile, CompileOptions};
+use crate::tflite;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tandem_runtime::artifact::Artifact;
+use tandem_runtime::npy::NpyArray;
+use tandem_runtime::rng::Rng;
+use tandem_runtime::session::{Model, Session};
+use tandem_runtime::DType;
+
+/// Seed of the inputs `tandem run` makes up when given none (the zoo's seed).
+pub const DEFAULT_INPUT_SEED: u64 = 0x7A_4D_E3;
+
+/// Reads a `.tflite` file and compiles it.
+pub fn compile_file(path: &Path, threads: usize) -> Result<Artifact> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let graph = tflite::read_model(&bytes).with_context(|| format!("invalid model {}", path.display()))?;
+    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    compile(graph, &CompileOptions { threads, model_name: name }).with_context(|| format!("cannot compile {}", path.display()))
+}
+
+/// Loads a `.tandem` artifact, or compiles a `.tflite` model in memory.
+pub fn load_model(path: &Path, threads: usize) -> Result<Model> {
+    if path.extension().is_some_and(|e| e == "tflite") {
+        return Ok(Model::from_artifact(compile_file(path, threads)?));
+    }
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Model::load(&bytes).with_context(|| format!("cannot load {}", path.display()))
+}
+
+/// Reads `.npy` inputs, or makes seeded uniform [-1, 1) inputs when `files` is empty.
+pub fn inputs_for(model: &Model, files: &[PathBuf]) -> Result<Vec<NpyArray>> {
+    if files.is_empty() {
+        let mut rng = Rng::new(DEFAULT_INPUT_SEED);
+        return Ok(model.inputs().iter().map(|t| NpyArray::from_f32(t.shape.clone(), &rng.uniform(t.elements(), 1.0))).collect());
+    }
+    let expected = model.inputs().len();
+    if files.len() != expected {
+        bail!("the model takes {expected} inputs, {} --input files were given", files.len());
+    }
+    files
+        .iter()
+        .map(|f| {
+            let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+            NpyArray::parse(&bytes).with_context(|| format!("{} is not a valid .npy file", f.display()))
+        })
+        .collect()
+}
+
+/// Latency summary of repeated runs.
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    pub median: f64,
+    pub min: f64,
+    pub runs: usize,
+}
+
+/// What `tandem run --json` prints.
+#[derive(Debug, Serialize)]
+pub struct RunReport {
+    pub model: String,
+    pub threads: usize,
+    pub outputs: Vec<OutputReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<Latency>,
+}
+
+/// One output in the run report.
+#[derive(Debug, Serialize)]
+pub struct OutputReport {
+    pub name: String,
+    pub shape: Vec<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+}
+
+/// Runs the model once (after `repeat` timed runs when `repeat > 0`) and writes the outputs.
+pub fn run_model(model: &Model, inputs: &[NpyArray], threads: usize, repeat: usize, output_dir: Option<&Path>) -> Result<RunReport> {
+    let mut session = Session::new(model, threads);
+    for (i, (value, desc)) in inputs.iter().zip(model.inputs()).enumerate() {
+        if value.dtype != DType::F32 || value.shape != desc.shape {
+            bail!(
+                "input {i} '{}' must be {} {:?}, the file holds {} {:?}",
+                desc.name,
+                desc.dtype,
+                desc.shape,
+                value.dtype,
+                value.shape
+            );
+        }
+    }
+    let outputs = session.run(inputs)?;
+    let latency_ms = (repeat > 0)
+        .then(|| -> Result<Latency> {
+            session.run(inputs)?; // warm-up
+            let mut times = Vec::with_capacity(repeat);
+            for _ in 0..repeat {
+                let start = Instant::now();
+                session.run(inputs)?;
+                times.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+            times.sort_by(f64::total_cmp);
+            Ok(Latency { median: times[times.len() / 2], min: times[0], runs: repeat })
+        })
+        .transpose()?;
+    let mut reports = Vec::new();
+    if let Some(dir) = output_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    for (i, (value, desc)) in outputs.iter().zip(model.outputs()).enumerate() {
+        let path = output_dir.map(|d| d.join(format!("output_{i}.npy")));
+        if let Some(path) = &path {
+            std::fs::write(path, value.to_bytes()).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        reports.push(OutputReport { name: desc.name.clone(), shape: value.shape.clone(), path });
+    }
+    Ok(RunReport { model: model.artifact().model.clone(), threads, outputs: reports, latency_ms })
+}
