@@ -1,6 +1,7 @@
 //! `cargo xtask`: tandem's single entry point for setup, code generation, the zoo, reference
 //! outputs, the demo, the tests and fuzzing.
 
+mod bench;
 mod codegen;
 mod fuzz;
 mod setup;
@@ -43,6 +44,24 @@ enum Task {
     Demo,
     /// Run every test (installs what they need first).
     Test,
+    /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo).
+    Bench {
+        /// What to benchmark: `cpu`.
+        what: String,
+        /// Zoo models (default: mobilenet_v1, mobilenet_v2, resnet18, resnet34, inception_v3, vgg16).
+        #[arg(long, value_delimiter = ',')]
+        models: Vec<String>,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Interleaved rounds (each: `runs` runs of tandem, then of the interpreter).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Fuzz the .tflite reader with cargo-fuzz.
     Fuzz {
         /// Seconds to run.
@@ -75,6 +94,17 @@ fn run(task: Task) -> Result<()> {
             )?;
         }
         Task::Fuzz { seconds } => fuzz::fuzz(&root, seconds)?,
+        Task::Bench { what, models, threads, rounds, runs, json } => {
+            if what != "cpu" {
+                anyhow::bail!("unknown benchmark '{what}'; available: cpu");
+            }
+            let models = if models.is_empty() {
+                ["mobilenet_v1", "mobilenet_v2", "resnet18", "resnet34", "inception_v3", "vgg16"].map(String::from).to_vec()
+            } else {
+                models
+            };
+            bench::bench_cpu(&root, &models, threads, rounds, runs, json)?
+        }
     }
     Ok(())
 }

@@ -72,7 +72,10 @@ pub fn binary(
     let ok = broadcast_ok(a, a_shape, out_shape)
         && broadcast_ok(b, b_shape, out_shape)
         && out.len() == product(out_shape);
-    debug_assert!(ok, "binary: shapes {a_shape:?} and {b_shape:?} do not broadcast to {out_shape:?}, or a slice length differs from its shape");
+    debug_assert!(
+        ok,
+        "binary: {a_shape:?} and {b_shape:?} vs {out_shape:?}: bad broadcast or length"
+    );
     if !ok {
         return;
     }
@@ -117,7 +120,10 @@ pub fn prelu(x: &[f32], x_shape: &[usize], alpha: &[f32], alpha_shape: &[usize],
     let ok = broadcast_ok(x, x_shape, x_shape)
         && broadcast_ok(alpha, alpha_shape, x_shape)
         && out.len() == x.len();
-    debug_assert!(ok, "prelu: alpha shape {alpha_shape:?} does not broadcast to {x_shape:?}, or a slice length differs from its shape");
+    debug_assert!(
+        ok,
+        "prelu: alpha {alpha_shape:?} vs {x_shape:?}: bad broadcast or length"
+    );
     if !ok {
         return;
     }
@@ -136,8 +142,7 @@ pub fn prelu(x: &[f32], x_shape: &[usize], alpha: &[f32], alpha_shape: &[usize],
 /// Precondition: `x.len() == out.len()` and is a multiple of `depth`. `depth == 0` means an empty
 /// tensor (nothing is written).
 pub fn softmax(x: &[f32], out: &mut [f32], depth: usize, beta: f32) {
-    let ok =
-        x.len() == out.len() && (depth == 0 && x.is_empty() || depth != 0 && x.len() % depth == 0);
+    let ok = x.len() == out.len() && (x.is_empty() || x.len().checked_rem(depth) == Some(0));
     debug_assert!(
         ok,
         "softmax: lengths {} and {} are not equal multiples of depth {depth}",
@@ -578,7 +583,8 @@ pub(crate) mod tests {
             .map(|i| i as f32 / 8.0)
             .chain([-100.0, 100.0, f32::NAN])
             .collect();
-        let cases: [(UnaryOp, fn(f32) -> f32); 7] = [
+        type Case = (UnaryOp, fn(f32) -> f32);
+        let cases: [Case; 7] = [
             (UnaryOp::Logistic, |x| 1.0 / (1.0 + (-x).exp())),
             (UnaryOp::Tanh, f32::tanh),
             (UnaryOp::Relu, |x| if x.is_nan() { x } else { x.max(0.0) }),

@@ -278,17 +278,28 @@ fn gather<T: Copy>(x: &[T], base: isize, dims: &[(usize, isize)], out: &mut [T])
     if merged.is_empty() {
         merged.push((1, 1));
     }
-    let outer = merged.len() - 1;
-    let (inner, step) = merged[outer];
+    // When the second-to-last dimension is the one contiguous in the input and the last is not,
+    // each pair of them is a 2-D transpose, copied in square blocks so that both the reads and the
+    // writes stay within a few cache lines.
+    let (inner, step) = merged[merged.len() - 1];
+    let blocked = merged.len() >= 2 && merged[merged.len() - 2].1 == 1 && step != 1;
+    let outer = merged.len() - if blocked { 2 } else { 1 };
+    let tile = if blocked {
+        merged[outer].0 * inner
+    } else {
+        inner
+    };
     let mut index = vec![0; outer];
     let mut offset = base;
-    for row in out.chunks_exact_mut(inner) {
-        if step == 1 {
+    for chunk in out.chunks_exact_mut(tile) {
+        if blocked {
+            transpose_block(x, offset, step, inner, chunk);
+        } else if step == 1 {
             let start = offset as usize;
-            row.copy_from_slice(&x[start..start + inner]);
+            chunk.copy_from_slice(&x[start..start + inner]);
         } else {
             let mut i = offset;
-            for o in row.iter_mut() {
+            for o in chunk.iter_mut() {
                 *o = x[i as usize];
                 i += step;
             }
@@ -301,6 +312,24 @@ fn gather<T: Copy>(x: &[T], base: isize, dims: &[(usize, isize)], out: &mut [T])
             }
             index[d] = 0;
             offset -= merged[d].1 * merged[d].0 as isize;
+        }
+    }
+}
+
+/// `out[i * cols + j] = x[base + i + j * step]` for every row `i` of `out` and `j < cols`.
+fn transpose_block<T: Copy>(x: &[T], base: isize, step: isize, cols: usize, out: &mut [T]) {
+    const BLOCK: usize = 16;
+    let rows = out.len() / cols;
+    for i0 in (0..rows).step_by(BLOCK) {
+        for j0 in (0..cols).step_by(BLOCK) {
+            let j1 = (j0 + BLOCK).min(cols);
+            for i in i0..(i0 + BLOCK).min(rows) {
+                let mut src = base + i as isize + j0 as isize * step;
+                for o in &mut out[i * cols + j0..i * cols + j1] {
+                    *o = x[src as usize];
+                    src += step;
+                }
+            }
         }
     }
 }
@@ -399,26 +428,35 @@ mod tests {
         }
     }
 
+    fn check_transpose(shape: &[usize], perm: &[usize]) {
+        let rank = shape.len();
+        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let x = iota(shape.iter().product());
+        let mut out = vec![-1; x.len()];
+        transpose(&x, shape, perm, &mut out);
+        for (i, &v) in out.iter().enumerate() {
+            let idx = unravel(i, &out_shape);
+            let mut src = vec![0; rank];
+            for d in 0..rank {
+                src[perm[d]] = idx[d];
+            }
+            assert_eq!(v, x[ravel(&src, shape)], "{shape:?} by {perm:?}");
+        }
+    }
+
     #[test]
     fn transpose_matches_reference() {
         let mut rng = Rng(0x1a3);
         for _ in 0..300 {
             let rank = rng.range(0, 5);
             let shape = random_shape(&mut rng, rank, 5);
-            let perm = rng.permutation(rank);
-            let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-            let x = iota(shape.iter().product());
-            let mut out = vec![-1; x.len()];
-            transpose(&x, &shape, &perm, &mut out);
-            for (i, &v) in out.iter().enumerate() {
-                let idx = unravel(i, &out_shape);
-                let mut src = vec![0; rank];
-                for d in 0..rank {
-                    src[perm[d]] = idx[d];
-                }
-                assert_eq!(v, x[ravel(&src, &shape)], "{shape:?} by {perm:?}");
-            }
+            check_transpose(&shape, &rng.permutation(rank));
         }
+        // Several blocks of the blocked 2-D path, with partial blocks at both edges.
+        check_transpose(&[33, 50], &[1, 0]);
+        check_transpose(&[1, 37, 19, 21], &[0, 3, 1, 2]);
+        check_transpose(&[2, 17, 3, 40], &[0, 3, 2, 1]);
+        check_transpose(&[3, 20, 18], &[2, 0, 1]);
     }
 
     #[test]

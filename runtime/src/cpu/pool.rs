@@ -30,7 +30,7 @@ pub struct Pool2d {
 /// Max pooling: the maximum over each clipped window, then the activation.
 ///
 /// A window that lies entirely in the padding yields `f32::MIN` before the activation, as TFLite's
-/// reference kernel does. NaN inputs are skipped unless the whole window is NaN.
+/// reference kernel does. NaN inputs are skipped, as C++ `std::max` skips them there.
 pub fn max_pool2d(
     x: &[f32],
     in_shape: [usize; 4],
@@ -101,7 +101,10 @@ fn pool(
         && c == oc
         && x.len() == in_shape.iter().product()
         && out.len() == out_shape.iter().product();
-    debug_assert!(ok, "pool: shapes {in_shape:?} -> {out_shape:?} disagree with each other or with the slice lengths");
+    debug_assert!(
+        ok,
+        "pool: {in_shape:?} -> {out_shape:?}: shapes or lengths disagree"
+    );
     if !ok || out.is_empty() {
         return;
     }

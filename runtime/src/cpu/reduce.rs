@@ -43,7 +43,9 @@ pub fn mean(x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) {
     }
 
     out.fill(0.0);
-    if rank == 4 && reduced(1) && reduced(2) && !reduced(0) && !reduced(3) {
+    if count == 0 {
+        // Nothing to sum: every mean is 0 / 0.
+    } else if rank == 4 && reduced(1) && reduced(2) && !reduced(0) && !reduced(3) {
         let [_, h, w, c] = [shape[0], shape[1], shape[2], shape[3]];
         for (o, image) in out.chunks_exact_mut(c).zip(x.chunks_exact(h * w * c)) {
             for px in image.chunks_exact(c) {
@@ -52,7 +54,7 @@ pub fn mean(x: &[f32], shape: &[usize], axes: &[usize], out: &mut [f32]) {
                 }
             }
         }
-    } else if count > 0 {
+    } else {
         sum_generic(x, shape, &reduced, out);
     }
     let count = count as f32;
@@ -193,6 +195,8 @@ mod tests {
         assert!(out.iter().all(|v| v.is_nan()));
         let mut out = [0.0; 3];
         mean(&[], &[0, 3], &[0], &mut out);
+        assert!(out.iter().all(|v| v.is_nan()));
+        mean(&[], &[1, 0, 2, 3], &[1, 2], &mut out);
         assert!(out.iter().all(|v| v.is_nan()));
     }
 }

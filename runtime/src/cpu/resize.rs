@@ -7,9 +7,10 @@
 //! - `scale = (in - 1) / (out - 1)` when `align_corners` and `out > 1`, else `in / out`.
 //! - Bilinear: output index `o` samples source coordinate `s = (o + 0.5) * scale - 0.5` with
 //!   `half_pixel_centers`, else `s = o * scale`; it blends input rows `lo = max(floor(s), 0)` and
-//!   `hi = min(ceil(s), in - 1)` with weights `1 - (s - lo)` and `s - lo`. A negative `s` (half-pixel
-//!   centres near the border) thus reads row 0 with weights summing to 1. The two axes combine into
-//!   four corner weights, accumulated in the order (lo, lo), (hi, lo), (lo, hi), (hi, hi) of (y, x).
+//!   `hi = min(ceil(s), in - 1)` with weights `1 - (s - lo)` and `s - lo`. A negative `s`
+//!   (half-pixel centres near the border) thus reads row 0 with weights summing to 1. The two axes
+//!   combine into four corner weights, accumulated in the order (lo, lo), (hi, lo), (lo, hi),
+//!   (hi, hi) of (y, x).
 //! - Nearest: output index `o` reads input index `round((o + offset) * scale)` with
 //!   `align_corners` (rounding half away from zero), else `floor((o + offset) * scale)`, where
 //!   `offset` is 0.5 with `half_pixel_centers` and 0 otherwise; the index is clamped to
@@ -112,7 +113,10 @@ fn prepare(
         && in_shape[3] == out_shape[3]
         && x.len() == in_shape.iter().product()
         && out.len() == out_shape.iter().product();
-    debug_assert!(ok, "{name}: shapes {in_shape:?} -> {out_shape:?} disagree with each other or with the slice lengths");
+    debug_assert!(
+        ok,
+        "{name}: {in_shape:?} -> {out_shape:?}: shapes or lengths disagree"
+    );
     if !ok || out.is_empty() {
         return false;
     }
@@ -313,10 +317,20 @@ mod tests {
             .iter()
             .map(|&v| v as f32)
             .collect();
+        /// Input, input shape, output shape, flags, bilinear output, nearest output.
+        type Golden<'a> = (
+            &'a [f32],
+            [usize; 4],
+            [usize; 4],
+            (bool, bool),
+            &'a [f32],
+            &'a [f32],
+        );
         #[rustfmt::skip]
-        let cases: [(&[f32], [usize; 4], [usize; 4], (bool, bool), &[f32], &[f32]); 6] = [
+        let cases: [Golden; 6] = [
             (&up, [1, 2, 3, 1], [1, 3, 5, 1], FLAGS[0],
-             &[1.0, 2.8, 3.6, 2.4, 2.0, 5.666667, 4.266666, 3.7333336, 4.9333334, 5.3333335, 8.0, 5.0, 3.8, 6.2, 7.0],
+             &[1.0, 2.8, 3.6, 2.4, 2.0, 5.666667, 4.266666, 3.7333336, 4.9333334, 5.3333335,
+               8.0, 5.0, 3.8, 6.2, 7.0],
              &[1.0, 1.0, 4.0, 4.0, 2.0, 1.0, 1.0, 4.0, 4.0, 2.0, 8.0, 8.0, 3.0, 3.0, 7.0]),
             (&up, [1, 2, 3, 1], [1, 3, 5, 1], FLAGS[1],
              &[1.0, 2.5, 4.0, 3.0, 2.0, 4.5, 4.0, 3.5, 4.0, 4.5, 8.0, 5.5, 3.0, 5.0, 7.0],
