@@ -120,6 +120,20 @@ impl<'m> Session<'m> {
             .collect())
     }
 
+    /// Runs the model once and returns each step's name and wall time in milliseconds (for
+    /// profiling; the outputs are discarded).
+    pub fn step_times(&mut self, inputs: &[NpyArray]) -> Result<Vec<(String, f64)>, RunError> {
+        self.run(inputs)?;
+        let a = &self.model.artifact;
+        let mut times = Vec::with_capacity(a.steps.len());
+        for step in &a.steps {
+            let start = std::time::Instant::now();
+            self.run_step(step);
+            times.push((step.name.clone(), start.elapsed().as_secs_f64() * 1e3));
+        }
+        Ok(times)
+    }
+
     fn arena_range(&self, t: &TensorDesc) -> std::ops::Range<usize> {
         match t.storage {
             Storage::Arena { offset } => offset / 4..offset / 4 + t.elements(),
