@@ -1,10 +1,15 @@
 //! The compiled model (`.tandem`): what the compiler writes and the runtime loads.
 //!
-//! Layout (see `docs/artifact-format.md`): an 8-byte magic, the format version (u32 LE), a
-//! FNV-1a 64 checksum of the payload (u64 LE), the payload length (u64 LE), then the payload: the
-//! [`Artifact`] encoded with MessagePack (rmp-serde). [`Artifact::decode`] checks every part and
-//! then validates the contents ([`Artifact::validate`]); a bad or truncated file gives an
-//! [`ArtifactError`] that names what is wrong, never a panic.
+//! Layout (see `docs/artifact-format.md`): a 40-byte header — 8-byte magic, format version (u32
+//! LE), 4 zero bytes, checksum (u64 LE) of everything after the header, metadata length in bytes
+//! (u64 LE), weight count in f32 elements (u64 LE) — then the metadata (the [`Artifact`] without
+//! its weights, MessagePack via rmp-serde), zero padding to a multiple of 64 bytes, and the
+//! weights (f32 LE), where every constant tensor starts at a multiple of 16 elements.
+//!
+//! [`Artifact::decode`] (from memory) and [`Artifact::read_from`] (streaming, so the weights are
+//! read straight into their final buffer) check every part and then validate the contents
+//! ([`Artifact::validate`]); a bad or truncated file gives an [`ArtifactError`] that names what is
+//! wrong, never a panic.
 
 use crate::cpu::batch_matmul::BatchMatMulParams;
 use crate::cpu::conv::ConvParams;
@@ -21,7 +26,11 @@ pub const MAGIC: &[u8; 8] = b"TANDEM\0\x1a";
 pub const FORMAT_VERSION: u32 = 1;
 /// Alignment of every arena offset, in bytes.
 pub const ARENA_ALIGN: usize = 64;
-const HEADER_LEN: usize = 8 + 4 + 8 + 8;
+/// Alignment of every constant inside the weights, in f32 elements (64 bytes).
+pub const WEIGHT_ALIGN: usize = 16;
+const HEADER_LEN: usize = 40;
+/// Largest metadata block accepted (the weights are separate, so metadata stays small).
+const MAX_META: u64 = 1 << 30;
 
 /// Why an artifact could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -45,8 +54,8 @@ pub enum ArtifactError {
 pub enum Storage {
     /// In the activation arena, at a byte offset (multiple of [`ARENA_ALIGN`]).
     Arena { offset: usize },
-    /// A constant blob of the artifact.
-    Constant { index: usize },
+    /// In [`Artifact::weights`], from this element offset (a multiple of [`WEIGHT_ALIGN`]).
+    Constant { offset: usize },
 }
 
 /// A tensor of the compiled model.
@@ -68,13 +77,6 @@ impl TensorDesc {
     pub fn bytes(&self) -> usize {
         self.elements() * self.dtype.size_bytes().unwrap_or(0)
     }
-}
-
-/// Constant data, already in the layout its kernel reads.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Constant {
-    #[serde(with = "serde_bytes")]
-    pub data: Vec<u8>,
 }
 
 /// Element-wise binary arithmetic.
@@ -181,7 +183,11 @@ pub struct Artifact {
     /// Human-readable model name.
     pub model: String,
     pub tensors: Vec<TensorDesc>,
-    pub constants: Vec<Constant>,
+    /// Every constant, in the layout its kernel reads; stored after the metadata, not in it.
+    #[serde(skip)]
+    pub weights: Vec<f32>,
+    /// Length of `weights` (checked against the header).
+    pub weights_len: usize,
     /// Bytes of the activation arena (the memory plan's peak).
     pub arena_bytes: usize,
     pub inputs: Vec<usize>,
@@ -191,64 +197,199 @@ pub struct Artifact {
     pub threads: usize,
 }
 
-/// FNV-1a, 64-bit.
-fn checksum(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+/// FNV-1a-style hash over 64-bit little-endian words (bytes for a tail), updated once with the
+/// padded metadata and once with the weights.
+#[derive(Clone, Copy)]
+struct Checksum(u64);
+
+impl Checksum {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    fn new() -> Self {
+        Checksum(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        let words = bytes.chunks_exact(8);
+        let tail = words.remainder();
+        for w in words {
+            let word = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+            self.0 = (self.0 ^ word).wrapping_mul(Self::PRIME);
+        }
+        for &b in tail {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(Self::PRIME);
+        }
+    }
+}
+
+/// Zero bytes between the metadata and the weights.
+fn padding(meta_len: usize) -> usize {
+    (64 - (HEADER_LEN + meta_len) % 64) % 64
+}
+
+/// Views f32s as their in-memory bytes (little-endian on every supported target; see
+/// [`to_le_in_place`]).
+fn as_bytes_mut(values: &mut [f32]) -> &mut [u8] {
+    // SAFETY: f32 has no padding or invalid bit patterns; the length is scaled by its size.
+    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
+}
+
+/// Converts values read as little-endian bytes to native order (a no-op on little-endian hosts).
+fn to_le_in_place(values: &mut [f32]) {
+    if cfg!(target_endian = "big") {
+        for v in values {
+            *v = f32::from_bits(u32::from_le(v.to_bits()));
+        }
+    }
+}
+
+/// The parsed fixed header.
+struct Header {
+    checksum: u64,
+    meta_len: usize,
+    weights_len: usize,
+}
+
+fn parse_header(bytes: &[u8]) -> Result<Header, ArtifactError> {
+    if bytes.len() < MAGIC.len() || &bytes[..8] != MAGIC {
+        return Err(if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
+            ArtifactError::Truncated(format!("{} bytes, shorter than the header", bytes.len()))
+        } else {
+            ArtifactError::BadMagic
+        });
+    }
+    if bytes.len() < HEADER_LEN {
+        return Err(ArtifactError::Truncated(format!("{} bytes, shorter than the {HEADER_LEN}-byte header", bytes.len())));
+    }
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+    let found = u32::from_le_bytes(bytes[8..12].try_into().unwrap_or_default());
+    if found != FORMAT_VERSION {
+        return Err(ArtifactError::Version { found });
+    }
+    if bytes[12..16] != [0; 4] {
+        return Err(ArtifactError::Invalid("reserved header bytes 12..16 are not zero".into()));
+    }
+    let (checksum, meta_len, weights_len) = (word(16), word(24), word(32));
+    if meta_len > MAX_META {
+        return Err(ArtifactError::Invalid(format!("metadata length {meta_len} is implausible")));
+    }
+    let weights_len = usize::try_from(weights_len)
+        .ok()
+        .filter(|n| n.checked_mul(4).is_some())
+        .ok_or_else(|| ArtifactError::Invalid(format!("weight count {weights_len} is implausible")))?;
+    Ok(Header { checksum, meta_len: meta_len as usize, weights_len })
 }
 
 impl Artifact {
-    /// Encodes the artifact with its header.
+    /// Encodes the artifact: header, metadata, padding, weights.
     pub fn encode(&self) -> Result<Vec<u8>, ArtifactError> {
-        let payload = rmp_serde::to_vec(self).map_err(|e| ArtifactError::Decode(e.to_string()))?;
-        let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+        let meta = rmp_serde::to_vec(self).map_err(|e| ArtifactError::Decode(e.to_string()))?;
+        let pad = padding(meta.len());
+        let mut padded = meta.clone();
+        padded.resize(meta.len() + pad, 0);
+        let mut checksum = Checksum::new();
+        checksum.update(&padded);
+        let weights: Vec<u8> = self.weights.iter().flat_map(|v| v.to_le_bytes()).collect();
+        checksum.update(&weights);
+        let mut out = Vec::with_capacity(HEADER_LEN + meta.len() + pad + weights.len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&checksum(&payload).to_le_bytes());
-        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        out.extend_from_slice(&payload);
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&checksum.0.to_le_bytes());
+        out.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(self.weights.len() as u64).to_le_bytes());
+        out.extend_from_slice(&padded);
+        out.extend_from_slice(&weights);
         Ok(out)
     }
 
-    /// Decodes and validates an artifact.
+    /// Decodes and validates an artifact held in memory.
     pub fn decode(bytes: &[u8]) -> Result<Self, ArtifactError> {
-        if bytes.len() < MAGIC.len() {
-            return Err(if MAGIC.starts_with(bytes) {
-                ArtifactError::Truncated(format!("{} bytes, shorter than the header", bytes.len()))
-            } else {
-                ArtifactError::BadMagic
-            });
+        let header = parse_header(bytes)?;
+        let body = &bytes[HEADER_LEN..];
+        let pad = padding(header.meta_len);
+        let expected = header.meta_len as u128 + pad as u128 + header.weights_len as u128 * 4;
+        if (body.len() as u128) < expected {
+            return Err(ArtifactError::Truncated(format!("{} bytes after the header, the header announces {expected}", body.len())));
         }
-        if &bytes[..8] != MAGIC {
-            return Err(ArtifactError::BadMagic);
+        if body.len() as u128 > expected {
+            return Err(ArtifactError::Invalid(format!("{} unexpected bytes at the end", body.len() as u128 - expected)));
         }
-        if bytes.len() < HEADER_LEN {
-            return Err(ArtifactError::Truncated(format!("{} bytes, shorter than the {HEADER_LEN}-byte header", bytes.len())));
+        // Two updates, as written: metadata with its padding, then the weights.
+        let mut checksum = Checksum::new();
+        checksum.update(&body[..header.meta_len + pad]);
+        checksum.update(&body[header.meta_len + pad..]);
+        if checksum.0 != header.checksum {
+            return Err(ArtifactError::Checksum { stored: header.checksum, computed: checksum.0 });
         }
-        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
-        let found = u32::from_le_bytes(bytes[8..12].try_into().unwrap_or_default());
-        if found != FORMAT_VERSION {
-            return Err(ArtifactError::Version { found });
-        }
-        let (stored, len) = (word(12), word(20));
-        let payload = &bytes[HEADER_LEN..];
-        if (payload.len() as u64) < len {
-            return Err(ArtifactError::Truncated(format!("payload is {} bytes, header says {len}", payload.len())));
-        }
-        if payload.len() as u64 > len {
-            return Err(ArtifactError::Invalid(format!("{} bytes after the payload", payload.len() as u64 - len)));
-        }
-        let computed = checksum(payload);
-        if computed != stored {
-            return Err(ArtifactError::Checksum { stored, computed });
-        }
-        let artifact: Artifact = rmp_serde::from_slice(payload).map_err(|e| ArtifactError::Decode(e.to_string()))?;
+        let mut artifact: Artifact =
+            rmp_serde::from_slice(&body[..header.meta_len]).map_err(|e| ArtifactError::Decode(e.to_string()))?;
+        artifact.weights = body[header.meta_len + pad..]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        artifact.check_weights_len(header.weights_len)?;
         artifact.validate().map_err(ArtifactError::Invalid)?;
         Ok(artifact)
+    }
+
+    /// Reads, checks and validates an artifact from a stream, reading the weights straight into
+    /// their buffer (peak memory: the weights plus the small metadata).
+    pub fn read_from(mut reader: impl std::io::Read) -> Result<Self, ArtifactError> {
+        let io = |what: &str, e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => ArtifactError::Truncated(format!("the file ends inside the {what}")),
+            _ => ArtifactError::Truncated(format!("cannot read the {what}: {e}")),
+        };
+        let mut head = [0u8; HEADER_LEN];
+        let mut got = 0;
+        while got < HEADER_LEN {
+            match reader.read(&mut head[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io("header", e)),
+            }
+        }
+        let header = parse_header(&head[..got])?;
+        let pad = padding(header.meta_len);
+        let mut meta = vec![0u8; header.meta_len + pad];
+        reader.read_exact(&mut meta).map_err(|e| io("metadata", e))?;
+        let mut weights = Vec::new();
+        weights.try_reserve_exact(header.weights_len).map_err(|_| ArtifactError::Invalid(format!("cannot allocate {} weights", header.weights_len)))?;
+        weights.resize(header.weights_len, 0f32);
+        reader.read_exact(as_bytes_mut(&mut weights)).map_err(|e| io("weights", e))?;
+        let mut extra = [0u8; 1];
+        if matches!(reader.read(&mut extra), Ok(n) if n > 0) {
+            return Err(ArtifactError::Invalid("unexpected bytes after the weights".into()));
+        }
+        let mut checksum = Checksum::new();
+        checksum.update(&meta);
+        checksum.update(as_bytes_mut(&mut weights));
+        if checksum.0 != header.checksum {
+            return Err(ArtifactError::Checksum { stored: header.checksum, computed: checksum.0 });
+        }
+        to_le_in_place(&mut weights);
+        let mut artifact: Artifact =
+            rmp_serde::from_slice(&meta[..header.meta_len]).map_err(|e| ArtifactError::Decode(e.to_string()))?;
+        artifact.weights = weights;
+        artifact.check_weights_len(header.weights_len)?;
+        artifact.validate().map_err(ArtifactError::Invalid)?;
+        Ok(artifact)
+    }
+
+    fn check_weights_len(&self, from_header: usize) -> Result<(), ArtifactError> {
+        if self.weights_len != from_header {
+            return Err(ArtifactError::Invalid(format!("metadata says {} weights, the header {from_header}", self.weights_len)));
+        }
+        Ok(())
     }
 
     /// Checks every index, size, offset and kernel geometry, so that running the artifact cannot
     /// read or write out of bounds. The message names the tensor or step.
     pub fn validate(&self) -> Result<(), String> {
+        if self.weights.len() != self.weights_len {
+            return Err(format!("{} weights present, {} declared", self.weights.len(), self.weights_len));
+        }
         let n_tensors = self.tensors.len();
         for (i, t) in self.tensors.iter().enumerate() {
             let what = || format!("tensor {i} '{}'", t.name);
@@ -264,10 +405,9 @@ impl Artifact {
                         return Err(format!("{}: arena range {offset}..+{bytes} is outside the {}-byte arena or unaligned", what(), self.arena_bytes));
                     }
                 }
-                Storage::Constant { index } => {
-                    let c = self.constants.get(index).ok_or_else(|| format!("{}: constant {index} does not exist", what()))?;
-                    if c.data.len() != bytes {
-                        return Err(format!("{}: constant {index} has {} bytes, the tensor needs {bytes}", what(), c.data.len()));
+                Storage::Constant { offset } => {
+                    if t.dtype != DType::F32 || offset % WEIGHT_ALIGN != 0 || offset.checked_add(elements).is_none_or(|end| end > self.weights.len()) {
+                        return Err(format!("{}: weights {offset}..+{elements} are outside the {} stored weights, unaligned or not FLOAT32", what(), self.weights.len()));
                     }
                 }
             }

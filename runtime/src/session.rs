@@ -31,8 +31,6 @@ pub enum RunError {
 /// A validated compiled model.
 pub struct Model {
     artifact: Artifact,
-    /// Constants as f32, decoded once at load.
-    constants: Vec<Vec<f32>>,
 }
 
 impl Model {
@@ -41,20 +39,15 @@ impl Model {
         Ok(Self::from_artifact(Artifact::decode(bytes)?))
     }
 
-    /// Reads and loads an artifact file.
+    /// Reads and loads an artifact file, streaming the weights into place.
     pub fn load_file(path: &Path) -> Result<Self, ArtifactError> {
-        let bytes = std::fs::read(path).map_err(|e| ArtifactError::Truncated(format!("cannot read {}: {e}", path.display())))?;
-        Self::load(&bytes)
+        let file = std::fs::File::open(path).map_err(|e| ArtifactError::Truncated(format!("cannot open {}: {e}", path.display())))?;
+        Ok(Self::from_artifact(Artifact::read_from(std::io::BufReader::with_capacity(1 << 16, file))?))
     }
 
     /// Wraps an artifact that has passed [`Artifact::validate`].
     pub fn from_artifact(artifact: Artifact) -> Self {
-        let constants = artifact
-            .constants
-            .iter()
-            .map(|c| c.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
-            .collect();
-        Model { artifact, constants }
+        Model { artifact }
     }
 
     pub fn artifact(&self) -> &Artifact {
@@ -150,7 +143,7 @@ impl<'m> Session<'m> {
         let read = |t: usize| -> &[f32] {
             let desc = &a.tensors[t];
             match desc.storage {
-                Storage::Constant { index } => &self.model.constants[index],
+                Storage::Constant { offset } => &a.weights[offset..offset + desc.elements()],
                 Storage::Arena { offset } => {
                     debug_assert!(offset / 4 + desc.elements() <= arena_len);
                     unsafe { std::slice::from_raw_parts(arena_ptr.add(offset / 4), desc.elements()) }

@@ -140,13 +140,16 @@ fn artifacts_round_trip_and_reject_corruption() {
     let bytes = artifact.encode().expect("encodes");
     assert_eq!(Artifact::decode(&bytes).expect("decodes"), artifact);
     // Every truncation and every single-byte corruption is an error, never a panic.
-    for len in 0..bytes.len() {
+    assert_eq!(Artifact::read_from(&bytes[..]).expect("streams"), artifact);
+    for len in (0..200).chain((200..bytes.len()).step_by(11)) {
         assert!(Artifact::decode(&bytes[..len]).is_err(), "prefix of {len} bytes accepted");
+        assert!(Artifact::read_from(&bytes[..len]).is_err(), "streamed prefix of {len} bytes accepted");
     }
     for pos in (0..bytes.len()).step_by(7) {
         let mut bad = bytes.clone();
         bad[pos] ^= 0x5a;
         assert!(Artifact::decode(&bad).is_err(), "corruption at {pos} accepted");
+        assert!(Artifact::read_from(&bad[..]).is_err(), "streamed corruption at {pos} accepted");
     }
     // A payload that decodes but breaks an invariant names it.
     let mut broken = artifact.clone();

@@ -10,8 +10,8 @@ use crate::passes;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use petgraph::stable_graph::NodeIndex;
 use std::collections::HashMap;
-use tandem_runtime::artifact::{
-    Artifact, BinaryKind, Constant, Kernel, Placement, PoolParams, Step, Storage, TensorDesc, UnaryKind,
+use tandem_runtime::artifact::{WEIGHT_ALIGN, 
+    Artifact, BinaryKind, Kernel, Placement, PoolParams, Step, Storage, TensorDesc, UnaryKind,
 };
 use tandem_runtime::cpu::batch_matmul::BatchMatMulParams;
 use tandem_runtime::cpu::conv::{pack_conv_weights, ConvParams};
@@ -62,14 +62,11 @@ fn reject_quantized(graph: &Graph) -> Result<()> {
 struct Lowering<'g> {
     graph: &'g Graph,
     tensors: Vec<TensorDesc>,
-    constants: Vec<Constant>,
+    /// All constants, each starting at a multiple of `WEIGHT_ALIGN`.
+    weights: Vec<f32>,
     /// IR tensor → artifact tensor (for tensors used as-is).
     mapped: HashMap<TensorId, usize>,
     steps: Vec<Step>,
-}
-
-fn f32_constant(values: &[f32]) -> Constant {
-    Constant { data: values.iter().flat_map(|v| v.to_le_bytes()).collect() }
 }
 
 fn activation(a: IrActivation) -> Result<Activation> {
@@ -89,7 +86,7 @@ fn shape4(s: &[usize], what: &str) -> Result<[usize; 4]> {
 
 impl<'g> Lowering<'g> {
     fn new(graph: &'g Graph) -> Self {
-        Lowering { graph, tensors: Vec::new(), constants: Vec::new(), mapped: HashMap::new(), steps: Vec::new() }
+        Lowering { graph, tensors: Vec::new(), weights: Vec::new(), mapped: HashMap::new(), steps: Vec::new() }
     }
 
     /// The artifact tensor for IR tensor `t` (constants copied as float32).
@@ -103,8 +100,7 @@ impl<'g> Lowering<'g> {
                 let values = tensor
                     .f32_values()
                     .with_context(|| format!("constant tensor {t} '{}' is {}, the CPU kernels read FLOAT32", tensor.name, tensor.dtype))?;
-                self.constants.push(f32_constant(&values));
-                Storage::Constant { index: self.constants.len() - 1 }
+                Storage::Constant { offset: self.add_weights(&values) }
             }
             None => {
                 ensure!(tensor.dtype == DType::F32, "tensor {t} '{}' is {}, the CPU runtime computes FLOAT32", tensor.name, tensor.dtype);
@@ -116,10 +112,18 @@ impl<'g> Lowering<'g> {
         Ok(self.tensors.len() - 1)
     }
 
+    /// Appends `values` to the weights at an aligned offset, which it returns.
+    fn add_weights(&mut self, values: &[f32]) -> usize {
+        let offset = self.weights.len().div_ceil(WEIGHT_ALIGN) * WEIGHT_ALIGN;
+        self.weights.resize(offset, 0.0);
+        self.weights.extend_from_slice(values);
+        offset
+    }
+
     /// A new constant tensor holding `values` with `shape`.
     fn packed(&mut self, name: String, shape: Vec<usize>, values: &[f32]) -> usize {
-        self.constants.push(f32_constant(values));
-        self.tensors.push(TensorDesc { name, dtype: DType::F32, shape, storage: Storage::Constant { index: self.constants.len() - 1 } });
+        let offset = self.add_weights(values);
+        self.tensors.push(TensorDesc { name, dtype: DType::F32, shape, storage: Storage::Constant { offset } });
         self.tensors.len() - 1
     }
 
@@ -149,7 +153,8 @@ impl<'g> Lowering<'g> {
             producer: format!("tandem {}", env!("CARGO_PKG_VERSION")),
             model: options.model_name.clone(),
             tensors: self.tensors,
-            constants: self.constants,
+            weights_len: self.weights.len(),
+            weights: self.weights,
             arena_bytes,
             inputs,
             outputs,

@@ -87,10 +87,16 @@ thread_local! {
     static IM2COL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Output pixels per task: enough to amortise a GEMM call, small enough that the im2col tile stays
-/// in cache.
-fn tile_pixels(depth: usize) -> usize {
-    ((1 << 16) / depth.max(1)).clamp(32, 512)
+/// Output pixels per task. GEMM packs the weights once per call, so tiles are large: a pointwise
+/// convolution gets one tile per thread; an im2col convolution gets tiles whose im2col buffer stays
+/// near 4 MB, and at least one per thread.
+fn tile_pixels(pixels: usize, depth: usize, pointwise: bool, threads: usize) -> usize {
+    let per_thread = pixels.div_ceil(threads.max(1)).max(1);
+    if pointwise {
+        per_thread
+    } else {
+        ((1 << 20) / depth.max(1)).max(128).min(per_thread)
+    }
 }
 
 /// Computes output channels `[c0, c1)` of the convolution into `out` (the full output tensor),
@@ -118,9 +124,9 @@ pub fn conv2d(
         return;
     }
     let pixels = ho * wo;
-    let tile = tile_pixels(p.depth());
-    let tiles = pixels.div_ceil(tile);
     let pointwise = p.kernel == [1, 1] && p.stride == [1, 1] && p.pad == [0, 0] && p.groups == 1;
+    let tile = tile_pixels(pixels, p.depth(), pointwise, pool.threads());
+    let tiles = pixels.div_ceil(tile);
     let shared = SharedOut::new(out);
     pool.run(n * tiles, &|task| {
         let (b, t) = (task / tiles, task % tiles);
