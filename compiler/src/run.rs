@@ -29,8 +29,7 @@ pub fn load_model(path: &Path, threads: usize) -> Result<Model> {
     if path.extension().is_some_and(|e| e == "tflite") {
         return Ok(Model::from_artifact(compile_file(path, threads)?));
     }
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Model::load(&bytes).with_context(|| format!("cannot load {}", path.display()))
+    Model::load_file(path).with_context(|| format!("cannot load {}", path.display()))
 }
 
 /// Reads `.npy` inputs, or makes seeded uniform [-1, 1) inputs when `files` is empty.
