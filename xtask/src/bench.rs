@@ -12,9 +12,10 @@ use tandem_compiler::lower::{compile, CompileOptions};
 use tandem_compiler::tflite;
 use tandem_runtime::session::{Model, Session};
 
-/// One model's result.
+/// One model's result at one thread count.
 pub struct Row {
     pub model: String,
+    pub threads: usize,
     pub tandem_ms: f64,
     pub interpreter_ms: f64,
 }
@@ -24,7 +25,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn interpreter_times(python: &Path, root: &Path, model: &Path, runs: usize, threads: usize) -> Result<Vec<f64>> {
+fn interpreter_times(
+    python: &Path,
+    root: &Path,
+    model: &Path,
+    runs: usize,
+    threads: usize,
+) -> Result<Vec<f64>> {
     let out = Command::new(python)
         .arg(root.join("tools/litert.py"))
         .arg("bench")
@@ -33,63 +40,128 @@ fn interpreter_times(python: &Path, root: &Path, model: &Path, runs: usize, thre
         .arg(threads.to_string())
         .output()?;
     if !out.status.success() {
-        bail!("interpreter failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "interpreter failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().last().unwrap_or_default();
     let start = line.find('[').context("no times")?;
     let end = line.rfind(']').context("no times")?;
-    line[start + 1..end].split(',').map(|v| v.trim().parse::<f64>().context("bad time")).collect()
+    line[start + 1..end]
+        .split(',')
+        .map(|v| v.trim().parse::<f64>().context("bad time"))
+        .collect()
 }
 
-/// Benchmarks `models` (zoo names) with `threads` threads, `rounds` × `runs` timed runs each.
-pub fn bench_cpu(root: &Path, models: &[String], threads: usize, rounds: usize, runs: usize, json: bool) -> Result<()> {
+/// Benchmarks `models` (zoo names) at each thread count, `rounds` × `runs` timed runs each, and
+/// writes the table into `docs/benchmarks.md` (between the `bench cpu` markers).
+pub fn bench_cpu(
+    root: &Path,
+    models: &[String],
+    thread_counts: &[usize],
+    rounds: usize,
+    runs: usize,
+    json: bool,
+) -> Result<()> {
     let python = python_env(root)?;
     let dir = tempfile::tempdir()?;
     let mut rows = Vec::new();
     for name in models {
-        let zoo = tandem_models::by_name(name).with_context(|| format!("no zoo model '{name}'"))?;
-        let graph = zoo.graph()?;
-        let path = dir.path().join(format!("{name}.tflite"));
-        std::fs::write(&path, tflite::write_model(&graph)?)?;
-        let artifact = compile(graph.clone(), &CompileOptions { threads, model_name: name.clone() })?;
-        let model = Model::from_artifact(artifact);
-        let inputs = tandem_models::inputs::seeded_inputs(&graph, tandem_models::SEED);
-        let mut session = Session::new(&model, threads);
-        session.run(&inputs)?;
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-        for _ in 0..rounds {
-            for _ in 0..runs {
-                let start = Instant::now();
-                session.run(&inputs)?;
-                ours.push(start.elapsed().as_secs_f64() * 1e3);
+        for &threads in thread_counts {
+            let zoo =
+                tandem_models::by_name(name).with_context(|| format!("no zoo model '{name}'"))?;
+            let graph = zoo.graph()?;
+            let path = dir.path().join(format!("{name}.tflite"));
+            std::fs::write(&path, tflite::write_model(&graph)?)?;
+            let artifact = compile(
+                graph.clone(),
+                &CompileOptions {
+                    threads,
+                    model_name: name.clone(),
+                },
+            )?;
+            let model = Model::from_artifact(artifact);
+            let inputs = tandem_models::inputs::seeded_inputs(&graph, tandem_models::SEED);
+            let mut session = Session::new(&model, threads);
+            session.run(&inputs)?;
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                for _ in 0..runs {
+                    let start = Instant::now();
+                    session.run(&inputs)?;
+                    ours.push(start.elapsed().as_secs_f64() * 1e3);
+                }
+                theirs.extend(interpreter_times(&python, root, &path, runs, threads)?);
             }
-            theirs.extend(interpreter_times(&python, root, &path, runs, threads)?);
+            let row = Row {
+                model: name.clone(),
+                threads,
+                tandem_ms: median(ours),
+                interpreter_ms: median(theirs),
+            };
+            eprintln!("bench: {:<14} {threads} thread(s)  tandem {:8.2} ms   interpreter {:8.2} ms   ratio {:.2}", row.model, row.tandem_ms, row.interpreter_ms, row.tandem_ms / row.interpreter_ms);
+            rows.push(row);
         }
-        let row = Row { model: name.clone(), tandem_ms: median(ours), interpreter_ms: median(theirs) };
-        eprintln!("bench: {:<14} tandem {:8.2} ms   interpreter {:8.2} ms   ratio {:.2}", row.model, row.tandem_ms, row.interpreter_ms, row.tandem_ms / row.interpreter_ms);
-        rows.push(row);
     }
-    let table = render(&rows, threads, rounds * runs);
+    let table = render(&rows, rounds * runs);
+    write_section(&root.join("docs/benchmarks.md"), "bench cpu", &table)?;
     if json {
         let items: Vec<String> = rows
             .iter()
-            .map(|r| format!("{{\"model\":\"{}\",\"tandem_ms\":{:.4},\"interpreter_ms\":{:.4},\"ratio\":{:.4}}}", r.model, r.tandem_ms, r.interpreter_ms, r.tandem_ms / r.interpreter_ms))
+            .map(|r| {
+                format!(
+                    "{{\"model\":\"{}\",\"threads\":{},\"tandem_ms\":{:.4},\"interpreter_ms\":{:.4},\"ratio\":{:.4}}}",
+                    r.model,
+                    r.threads,
+                    r.tandem_ms,
+                    r.interpreter_ms,
+                    r.tandem_ms / r.interpreter_ms
+                )
+            })
             .collect();
-        println!("{{\"threads\":{threads},\"results\":[{}]}}", items.join(","));
+        println!("{{\"results\":[{}]}}", items.join(","));
     } else {
         print!("{table}");
     }
     Ok(())
 }
 
-fn render(rows: &[Row], threads: usize, samples: usize) -> String {
+fn render(rows: &[Row], samples: usize) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "CPU only, {threads} thread(s), median of {samples} runs each, interleaved rounds:\n");
-    let _ = writeln!(s, "| model | tandem (ms) | official interpreter, XNNPACK (ms) | tandem / interpreter |");
-    let _ = writeln!(s, "|---|---:|---:|---:|");
+    let _ = writeln!(
+        s,
+        "CPU only, median of {samples} runs each, interleaved rounds (`cargo xtask bench cpu`):\n"
+    );
+    let _ = writeln!(s, "| model | threads | tandem (ms) | official interpreter, XNNPACK (ms) | tandem / interpreter |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|");
     for r in rows {
-        let _ = writeln!(s, "| {} | {:.2} | {:.2} | {:.2} |", r.model, r.tandem_ms, r.interpreter_ms, r.tandem_ms / r.interpreter_ms);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {:.2} | {:.2} |",
+            r.model,
+            r.threads,
+            r.tandem_ms,
+            r.interpreter_ms,
+            r.tandem_ms / r.interpreter_ms
+        );
     }
     s
+}
+
+/// Replaces the text between `<!-- BEGIN {marker} -->` and `<!-- END {marker} -->` in `path`
+/// (appending the section if it is missing).
+fn write_section(path: &Path, marker: &str, body: &str) -> Result<()> {
+    let (begin, end) = (
+        format!("<!-- BEGIN {marker} -->"),
+        format!("<!-- END {marker} -->"),
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".to_string());
+    let section = format!("{begin}\n{body}{end}");
+    let updated = match (text.find(&begin), text.find(&end)) {
+        (Some(b), Some(e)) if b < e => format!("{}{section}{}", &text[..b], &text[e + end.len()..]),
+        _ => format!("{}\n{section}\n", text.trim_end()),
+    };
+    std::fs::write(path, updated).with_context(|| format!("cannot write {}", path.display()))
 }

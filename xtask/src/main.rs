@@ -48,11 +48,12 @@ enum Task {
     Bench {
         /// What to benchmark: `cpu`.
         what: String,
-        /// Zoo models (default: mobilenet_v1, mobilenet_v2, resnet18, resnet34, inception_v3, vgg16).
+        /// Zoo models (default: mobilenet_v2, resnet18, resnet34, inception_v3, vgg16).
         #[arg(long, value_delimiter = ',')]
         models: Vec<String>,
-        #[arg(long, default_value_t = 1)]
-        threads: usize,
+        /// Thread counts to measure.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        threads: Vec<usize>,
         /// Interleaved rounds (each: `runs` runs of tandem, then of the interpreter).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
@@ -94,16 +95,31 @@ fn run(task: Task) -> Result<()> {
             )?;
         }
         Task::Fuzz { seconds } => fuzz::fuzz(&root, seconds)?,
-        Task::Bench { what, models, threads, rounds, runs, json } => {
+        Task::Bench {
+            what,
+            models,
+            threads,
+            rounds,
+            runs,
+            json,
+        } => {
             if what != "cpu" {
                 anyhow::bail!("unknown benchmark '{what}'; available: cpu");
             }
             let models = if models.is_empty() {
-                ["mobilenet_v1", "mobilenet_v2", "resnet18", "resnet34", "inception_v3", "vgg16"].map(String::from).to_vec()
+                [
+                    "mobilenet_v2",
+                    "resnet18",
+                    "resnet34",
+                    "inception_v3",
+                    "vgg16",
+                ]
+                .map(String::from)
+                .to_vec()
             } else {
                 models
             };
-            bench::bench_cpu(&root, &models, threads, rounds, runs, json)?
+            bench::bench_cpu(&root, &models, &threads, rounds, runs, json)?
         }
     }
     Ok(())
