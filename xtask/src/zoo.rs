@@ -110,16 +110,71 @@ pub const FLOAT_FIXTURES: [&str; 4] = [
     "dynamic_batch",
 ];
 
-/// The main job: for now, build the default zoo model (MobileNetV2) and print its inspection.
+/// The main job on the bundled default (MobileNetV2): build it, inspect it, compile it, run it on
+/// the CPU and in the official interpreter on the same seeded input, and compare.
 pub fn demo(root: &Path) -> Result<()> {
+    let python = python_env(root)?;
     let model =
         tandem_models::by_name("mobilenet_v2").context("mobilenet_v2 is missing from the zoo")?;
     let out = root.join("zoo");
     write_zoo(&out, &[model.name.to_string()])?;
     let path = out.join("mobilenet_v2.tflite");
-    eprintln!("demo: tandem inspect {}", path.display());
-    let bytes = std::fs::read(&path)?;
-    let graph = tflite::read_model(&bytes)?;
+    println!("== tandem inspect {}", path.display());
+    let graph = tflite::read_model(&std::fs::read(&path)?)?;
     print!("{}", inspect::render_table(&inspect::report(&graph)?));
+
+    let artifact_path = out.join("mobilenet_v2.tandem");
+    let artifact = tandem_compiler::run::compile_file(&path, 1)?;
+    std::fs::write(&artifact_path, artifact.encode()?)?;
+    println!(
+        "\n== tandem compile → {} ({} steps, arena {:.1} MB)",
+        artifact_path.display(),
+        artifact.steps.len(),
+        artifact.arena_bytes as f64 / 1e6
+    );
+
+    let loaded = tandem_runtime::session::Model::load_file(&artifact_path)?;
+    let inputs = tandem_models::inputs::seeded_inputs(&graph, tandem_models::SEED);
+    let report =
+        tandem_compiler::run::run_model(&loaded, &inputs, 1, 20, Some(&out.join("demo_outputs")))?;
+    let latency = report.latency_ms.context("no timing")?;
+    let ours = tandem_runtime::npy::NpyArray::parse(&std::fs::read(
+        out.join("demo_outputs/output_0.npy"),
+    )?)?;
+
+    let reference_dir = tempfile::tempdir()?;
+    let mut args = vec![
+        root.join("tools/litert.py").into_os_string(),
+        "run".into(),
+        path.clone().into_os_string(),
+        reference_dir.path().into(),
+    ];
+    let input_path = reference_dir.path().join("input_0.npy");
+    std::fs::write(&input_path, inputs[0].to_bytes())?;
+    args.push(input_path.into_os_string());
+    run(Command::new(&python).args(&args))?;
+    let reference = tandem_runtime::npy::NpyArray::parse(&std::fs::read(
+        reference_dir.path().join("output_0.npy"),
+    )?)?;
+    let (a, r) = (
+        ours.to_f32().context("f32")?,
+        reference.to_f32().context("f32")?,
+    );
+    let scale = r.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let err = a
+        .iter()
+        .zip(&r)
+        .fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+        / scale;
+    println!(
+        "\n== tandem run (CPU, 1 thread): median {:.2} ms, min {:.2} ms over {} runs",
+        latency.median, latency.min, latency.runs
+    );
+    println!(
+        "== max relative difference from the official interpreter: {err:.2e} (tolerance 1e-4)"
+    );
+    if err > 1e-4 {
+        bail!("the CPU result differs from the official interpreter by {err:e}");
+    }
     Ok(())
 }

@@ -53,7 +53,10 @@ impl ConvParams {
             return Err(format!("batch {n} in but {no} out"));
         }
         if self.groups == 0 || ci % self.groups != 0 || co % self.groups != 0 {
-            return Err(format!("{ci} → {co} channels do not divide into {} groups", self.groups));
+            return Err(format!(
+                "{ci} → {co} channels do not divide into {} groups",
+                self.groups
+            ));
         }
         if self.stride.contains(&0) || self.dilation.contains(&0) || self.kernel.contains(&0) {
             return Err("zero stride, dilation or kernel size".into());
@@ -62,7 +65,9 @@ impl ConvParams {
             let (size, out) = ([h, w][d], [ho, wo][d]);
             // The last window must start inside the padded input.
             if out > 0 && (out - 1) * self.stride[d] >= size + self.pad[d] {
-                return Err(format!("output size {out} does not fit input size {size} in dimension {d}"));
+                return Err(format!(
+                    "output size {out} does not fit input size {size} in dimension {d}"
+                ));
             }
         }
         Ok(())
@@ -141,7 +146,8 @@ pub fn conv2d(
                 None => row.fill(0.0),
             }
         }
-        let image = &input[b * p.input[1] * p.input[2] * cin..(b + 1) * p.input[1] * p.input[2] * cin];
+        let image =
+            &input[b * p.input[1] * p.input[2] * cin..(b + 1) * p.input[1] * p.input[2] * cin];
         if pointwise {
             let lhs = MatRef::rows(&image[p0 * cin..], rows, cin, cin);
             let rhs = MatRef::rows(&weights[c0..], cin, c1 - c0, cout);
@@ -153,7 +159,10 @@ pub fn conv2d(
                 buf.resize(rows * k, 0.0);
                 let (gin, gout) = (p.group_in(), p.group_out());
                 for g in (c0 / gout)..c1.div_ceil(gout) {
-                    let (l0, l1) = (c0.max(g * gout) - g * gout, c1.min((g + 1) * gout) - g * gout);
+                    let (l0, l1) = (
+                        c0.max(g * gout) - g * gout,
+                        c1.min((g + 1) * gout) - g * gout,
+                    );
                     im2col(image, p, g * gin, p0, rows, &mut buf);
                     let lhs = MatRef::rows(&buf, rows, k, k);
                     let w = &weights[g * k * gout + l0..];
@@ -164,7 +173,8 @@ pub fn conv2d(
         }
         if p.activation != Activation::None {
             for r in 0..rows {
-                p.activation.apply_slice(&mut dst[r * cout + c0..r * cout + c1]);
+                p.activation
+                    .apply_slice(&mut dst[r * cout + c0..r * cout + c1]);
             }
         }
     });
@@ -182,10 +192,23 @@ fn im2col(image: &[f32], p: &ConvParams, ch0: usize, p0: usize, rows: usize, buf
         let row = &mut buf[r * k..(r + 1) * k];
         for ky in 0..p.kernel[0] {
             let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pad[0] as isize;
+            let taps = &mut row[ky * p.kernel[1] * gin..(ky + 1) * p.kernel[1] * gin];
+            if iy < 0 || iy >= h as isize {
+                taps.fill(0.0);
+                continue;
+            }
+            let ix0 = (ox * p.stride[1]) as isize - p.pad[1] as isize;
+            let span = (p.kernel[1] - 1) * p.dilation[1];
+            if p.dilation[1] == 1 && gin == cin && ix0 >= 0 && ix0 as usize + span < w {
+                // The whole kernel row is one contiguous run of the input row.
+                let src = (iy as usize * w + ix0 as usize) * cin;
+                taps.copy_from_slice(&image[src..src + taps.len()]);
+                continue;
+            }
             for kx in 0..p.kernel[1] {
-                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize - p.pad[1] as isize;
-                let dst = &mut row[(ky * p.kernel[1] + kx) * gin..(ky * p.kernel[1] + kx + 1) * gin];
-                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                let ix = ix0 + (kx * p.dilation[1]) as isize;
+                let dst = &mut taps[kx * gin..(kx + 1) * gin];
+                if ix < 0 || ix >= w as isize {
                     dst.fill(0.0);
                 } else {
                     let src = (iy as usize * w + ix as usize) * cin + ch0;
@@ -212,7 +235,9 @@ pub(crate) mod tests {
             (self.next() % n as u64) as usize
         }
         pub fn values(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| (self.next() % 2001) as f32 / 1000.0 - 1.0).collect()
+            (0..n)
+                .map(|_| (self.next() % 2001) as f32 / 1000.0 - 1.0)
+                .collect()
         }
     }
 
@@ -230,14 +255,19 @@ pub(crate) mod tests {
                         let mut acc = bias[o];
                         for ky in 0..p.kernel[0] {
                             for kx in 0..p.kernel[1] {
-                                let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pad[0] as isize;
-                                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize - p.pad[1] as isize;
+                                let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize
+                                    - p.pad[0] as isize;
+                                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize
+                                    - p.pad[1] as isize;
                                 if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
                                     continue;
                                 }
                                 for ci in 0..gin {
-                                    let x = input[((b * h + iy as usize) * w + ix as usize) * cin + g * gin + ci];
-                                    acc += x * weights[((o * p.kernel[0] + ky) * p.kernel[1] + kx) * gin + ci];
+                                    let x = input[((b * h + iy as usize) * w + ix as usize) * cin
+                                        + g * gin
+                                        + ci];
+                                    acc += x * weights
+                                        [((o * p.kernel[0] + ky) * p.kernel[1] + kx) * gin + ci];
                                 }
                             }
                         }
@@ -260,7 +290,10 @@ pub(crate) mod tests {
             let kernel = [1 + rng.below(4), 1 + rng.below(4)];
             let stride = [1 + rng.below(3), 1 + rng.below(3)];
             let dilation = [1 + rng.below(2), 1 + rng.below(2)];
-            let (h, w) = (kernel[0] * dilation[0] + rng.below(9), kernel[1] * dilation[1] + rng.below(9));
+            let (h, w) = (
+                kernel[0] * dilation[0] + rng.below(9),
+                kernel[1] * dilation[1] + rng.below(9),
+            );
             let same = rng.below(2) == 0;
             let dim = |size: usize, d: usize| -> (usize, usize) {
                 let eff = (kernel[d] - 1) * dilation[d] + 1;
@@ -296,11 +329,36 @@ pub(crate) mod tests {
             conv2d(&input, &packed, Some(&bias), &mut got, &p, 0, cout, &pool);
             let split = rng.below(cout + 1);
             let mut halves = vec![f32::NAN; want.len()];
-            conv2d(&input, &packed, Some(&bias), &mut halves, &p, 0, split, &pool);
-            conv2d(&input, &packed, Some(&bias), &mut halves, &p, split, cout, &pool);
+            conv2d(
+                &input,
+                &packed,
+                Some(&bias),
+                &mut halves,
+                &p,
+                0,
+                split,
+                &pool,
+            );
+            conv2d(
+                &input,
+                &packed,
+                Some(&bias),
+                &mut halves,
+                &p,
+                split,
+                cout,
+                &pool,
+            );
             for (i, ((a, b), c)) in got.iter().zip(&halves).zip(&want).enumerate() {
-                assert!((a - c).abs() <= 1e-4 * c.abs().max(1.0), "case {case} {p:?} at {i}: {a} vs {c}");
-                assert_eq!(a.to_bits(), b.to_bits(), "case {case}: split at {split} changes element {i}");
+                assert!(
+                    (a - c).abs() <= 1e-4 * c.abs().max(1.0),
+                    "case {case} {p:?} at {i}: {a} vs {c}"
+                );
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "case {case}: split at {split} changes element {i}"
+                );
             }
         }
     }
@@ -320,7 +378,16 @@ pub(crate) mod tests {
         let mut rng = Rng(7);
         let packed = pack_conv_weights(&rng.values(8 * 9 * 3), &p);
         let mut out = vec![-5.0; 4 * 4 * 8];
-        conv2d(&rng.values(48), &packed, None, &mut out, &p, 2, 5, &ThreadPool::new(1));
+        conv2d(
+            &rng.values(48),
+            &packed,
+            None,
+            &mut out,
+            &p,
+            2,
+            5,
+            &ThreadPool::new(1),
+        );
         for (i, v) in out.iter().enumerate() {
             assert_eq!(*v == -5.0, !(2..5).contains(&(i % 8)), "element {i}");
         }
