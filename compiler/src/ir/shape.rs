@@ -172,7 +172,7 @@ pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
 pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
     ensure!(
-        (-r..r.max(1)).contains(&axis),
+        (-r..r).contains(&axis),
         "axis {axis} is out of range for rank {rank}"
     );
     Ok(if axis < 0 {
@@ -741,7 +741,12 @@ pub fn resolve_strided_slice(
     let mut dims = Vec::with_capacity(x.len());
     for (i, &dim) in x.iter().enumerate() {
         if i >= begin.len() {
-            dims.push(SliceDim { begin: 0, stride: 1, count: dim, shrink: false });
+            dims.push(SliceDim {
+                begin: 0,
+                stride: 1,
+                count: dim,
+                shrink: false,
+            });
             continue;
         }
         let d = dim as i64;
@@ -752,7 +757,11 @@ pub fn resolve_strided_slice(
         let bit = |mask: i32| i < 32 && mask & (1 << i) != 0;
         let shrink = bit(a.shrink_axis_mask);
         let (b, e) = if s > 0 {
-            let b = if bit(a.begin_mask) { 0 } else { clamp(norm(begin[i]), 0, d) };
+            let b = if bit(a.begin_mask) {
+                0
+            } else {
+                clamp(norm(begin[i]), 0, d)
+            };
             let e = if shrink {
                 b + 1
             } else if bit(a.end_mask) {
@@ -764,7 +773,11 @@ pub fn resolve_strided_slice(
             };
             (b, e)
         } else {
-            let b = if bit(a.begin_mask) { d - 1 } else { clamp(norm(begin[i]), -1, d - 1) };
+            let b = if bit(a.begin_mask) {
+                d - 1
+            } else {
+                clamp(norm(begin[i]), -1, d - 1)
+            };
             let e = if shrink {
                 b - 1
             } else if bit(a.end_mask) {
@@ -775,14 +788,23 @@ pub fn resolve_strided_slice(
             (b, e)
         };
         if shrink {
-            ensure!((0..d).contains(&b), "shrunk index {} is outside dimension {i} of {x:?}", begin[i]);
+            ensure!(
+                (0..d).contains(&b),
+                "shrunk index {} is outside dimension {i} of {x:?}",
+                begin[i]
+            );
         }
         let count = if s > 0 {
             ((e - b).max(0) + s - 1) / s
         } else {
             ((b - e).max(0) + (-s) - 1) / (-s)
         };
-        dims.push(SliceDim { begin: b.max(0) as usize, stride: s as isize, count: count as usize, shrink });
+        dims.push(SliceDim {
+            begin: b.max(0) as usize,
+            stride: s as isize,
+            count: count as usize,
+            shrink,
+        });
     }
     Ok(dims)
 }
@@ -798,7 +820,9 @@ fn strided_slice_shape(
     let dims = resolve_strided_slice(x, begin, end, strides, a)?;
     let out = dims.iter().filter(|d| !d.shrink).map(|d| d.count).collect();
     let picks = match dims.as_slice() {
-        [d] => (0..d.count).map(|k| (d.begin as isize + k as isize * d.stride) as usize).collect(),
+        [d] => (0..d.count)
+            .map(|k| (d.begin as isize + k as isize * d.stride) as usize)
+            .collect(),
         _ => Vec::new(),
     };
     Ok((out, picks))
