@@ -4,7 +4,11 @@ use tandem_runtime::session::{Model, Session};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let path = std::path::PathBuf::from(args.get(1).map(String::as_str).unwrap_or("zoo/mobilenet_v2.tflite"));
+    let path = std::path::PathBuf::from(
+        args.get(1)
+            .map(String::as_str)
+            .unwrap_or("zoo/mobilenet_v2.tflite"),
+    );
     let threads = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(1);
     let model = Model::from_artifact(compile_file(&path, threads)?);
     let inputs = inputs_for(&model, &[])?;
@@ -17,7 +21,9 @@ fn main() -> anyhow::Result<()> {
     }
     let mut by_kind: std::collections::BTreeMap<String, f64> = Default::default();
     for (name, ms) in &total {
-        *by_kind.entry(name.split(' ').next().unwrap_or("").to_string()).or_default() += ms / 5.0;
+        *by_kind
+            .entry(name.split(' ').next().unwrap_or("").to_string())
+            .or_default() += ms / 5.0;
     }
     let sum: f64 = total.iter().map(|t| t.1 / 5.0).sum();
     println!("total {sum:.2} ms");

@@ -9,8 +9,8 @@ extern crate alloc; // the generated flatbuffers bindings name `alloc::` paths
 
 pub mod dispatch;
 pub mod inspect;
-pub mod passes;
-pub mod run;
 pub mod ir;
 pub mod lower;
+pub mod passes;
+pub mod run;
 pub mod tflite;

@@ -19,9 +19,20 @@ pub const DEFAULT_INPUT_SEED: u64 = 0x7A_4D_E3;
 /// Reads a `.tflite` file and compiles it.
 pub fn compile_file(path: &Path, threads: usize) -> Result<Artifact> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let graph = tflite::read_model(&bytes).with_context(|| format!("invalid model {}", path.display()))?;
-    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    compile(graph, &CompileOptions { threads, model_name: name }).with_context(|| format!("cannot compile {}", path.display()))
+    let graph =
+        tflite::read_model(&bytes).with_context(|| format!("invalid model {}", path.display()))?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    compile(
+        graph,
+        &CompileOptions {
+            threads,
+            model_name: name,
+        },
+    )
+    .with_context(|| format!("cannot compile {}", path.display()))
 }
 
 /// Loads a `.tandem` artifact, or compiles a `.tflite` model in memory.
@@ -36,17 +47,25 @@ pub fn load_model(path: &Path, threads: usize) -> Result<Model> {
 pub fn inputs_for(model: &Model, files: &[PathBuf]) -> Result<Vec<NpyArray>> {
     if files.is_empty() {
         let mut rng = Rng::new(DEFAULT_INPUT_SEED);
-        return Ok(model.inputs().iter().map(|t| NpyArray::from_f32(t.shape.clone(), &rng.uniform(t.elements(), 1.0))).collect());
+        return Ok(model
+            .inputs()
+            .iter()
+            .map(|t| NpyArray::from_f32(t.shape.clone(), &rng.uniform(t.elements(), 1.0)))
+            .collect());
     }
     let expected = model.inputs().len();
     if files.len() != expected {
-        bail!("the model takes {expected} inputs, {} --input files were given", files.len());
+        bail!(
+            "the model takes {expected} inputs, {} --input files were given",
+            files.len()
+        );
     }
     files
         .iter()
         .map(|f| {
             let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
-            NpyArray::parse(&bytes).with_context(|| format!("{} is not a valid .npy file", f.display()))
+            NpyArray::parse(&bytes)
+                .with_context(|| format!("{} is not a valid .npy file", f.display()))
         })
         .collect()
 }
@@ -79,7 +98,13 @@ pub struct OutputReport {
 }
 
 /// Runs the model once (after `repeat` timed runs when `repeat > 0`) and writes the outputs.
-pub fn run_model(model: &Model, inputs: &[NpyArray], threads: usize, repeat: usize, output_dir: Option<&Path>) -> Result<RunReport> {
+pub fn run_model(
+    model: &Model,
+    inputs: &[NpyArray],
+    threads: usize,
+    repeat: usize,
+    output_dir: Option<&Path>,
+) -> Result<RunReport> {
     let mut session = Session::new(model, threads);
     for (i, (value, desc)) in inputs.iter().zip(model.inputs()).enumerate() {
         if value.dtype != DType::F32 || value.shape != desc.shape {
@@ -104,7 +129,11 @@ pub fn run_model(model: &Model, inputs: &[NpyArray], threads: usize, repeat: usi
                 times.push(start.elapsed().as_secs_f64() * 1e3);
             }
             times.sort_by(f64::total_cmp);
-            Ok(Latency { median: times[times.len() / 2], min: times[0], runs: repeat })
+            Ok(Latency {
+                median: times[times.len() / 2],
+                min: times[0],
+                runs: repeat,
+            })
         })
         .transpose()?;
     let mut reports = Vec::new();
@@ -114,9 +143,19 @@ pub fn run_model(model: &Model, inputs: &[NpyArray], threads: usize, repeat: usi
     for (i, (value, desc)) in outputs.iter().zip(model.outputs()).enumerate() {
         let path = output_dir.map(|d| d.join(format!("output_{i}.npy")));
         if let Some(path) = &path {
-            std::fs::write(path, value.to_bytes()).with_context(|| format!("cannot write {}", path.display()))?;
+            std::fs::write(path, value.to_bytes())
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
-        reports.push(OutputReport { name: desc.name.clone(), shape: value.shape.clone(), path });
+        reports.push(OutputReport {
+            name: desc.name.clone(),
+            shape: value.shape.clone(),
+            path,
+        });
     }
-    Ok(RunReport { model: model.artifact().model.clone(), threads, outputs: reports, latency_ms })
+    Ok(RunReport {
+        model: model.artifact().model.clone(),
+        threads,
+        outputs: reports,
+        latency_ms,
+    })
 }

@@ -70,3 +70,119 @@ fn bad_files_exit_non_zero_with_the_reason() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /no/such/model.tflite"));
 }
+
+#[test]
+fn compile_then_run_writes_outputs_and_times() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let artifact = dir.path().join("fp16.tandem");
+    let out = tandem()
+        .args(["compile", "--cpu-only", "--threads", "2", "-o"])
+        .arg(&artifact)
+        .arg(fixture("mobile_block_fp16.tflite"))
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refs = fixture("refs/mobile_block_fp16");
+    let outputs = dir.path().join("out");
+    let out = tandem()
+        .arg("run")
+        .arg(&artifact)
+        .arg("--input")
+        .arg(refs.join("input_0.npy"))
+        .arg("--output-dir")
+        .arg(&outputs)
+        .args(["--repeat", "3", "--json"])
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let latency = &json["latency_ms"];
+    assert!(latency["min"].as_f64().expect("min") > 0.0);
+    assert!(latency["median"].as_f64().expect("median") >= latency["min"].as_f64().expect("min"));
+    let ours = std::fs::read(outputs.join("output_0.npy")).expect("output written");
+    let reference = std::fs::read(refs.join("output_0.npy")).expect("reference");
+    let values = |b: &[u8]| {
+        tandem_runtime::npy::NpyArray::parse(b)
+            .expect("npy")
+            .to_f32()
+            .expect("f32")
+    };
+    let (a, r) = (values(&ours), values(&reference));
+    let scale = r.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(a.iter().zip(&r).all(|(x, y)| (x - y).abs() <= 1e-4 * scale));
+}
+
+#[test]
+fn run_on_a_tflite_compiles_in_memory_and_rejects_wrong_inputs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = tandem()
+        .arg("run")
+        .arg(fixture("sparse_fc.tflite"))
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[1, 32]"));
+    let wrong = dir.path().join("wrong.npy");
+    std::fs::write(
+        &wrong,
+        tandem_runtime::npy::NpyArray::from_f32(vec![1, 63], &[0.5; 63]).to_bytes(),
+    )
+    .expect("write");
+    let out = tandem()
+        .arg("run")
+        .arg(fixture("sparse_fc.tflite"))
+        .arg("--input")
+        .arg(&wrong)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("input 0") && err.contains("[1, 64]") && err.contains("[1, 63]"),
+        "{err}"
+    );
+    let out = tandem()
+        .arg("run")
+        .arg(fixture("conv_int8.tflite"))
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("quantized models are not supported yet"));
+    let garbage = dir.path().join("garbage.tandem");
+    std::fs::write(&garbage, b"TANDEM\0\x1a but then nothing sensible").expect("write");
+    let out = tandem().arg("run").arg(&garbage).output().expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("garbage.tandem"));
+}
+
+#[test]
+fn dispatch_json_lists_kernels_per_op() {
+    let out = tandem()
+        .args(["dispatch", "--gpu", "adreno-650", "--precision", "f16", "--json"])
+        .arg(fixture("mobile_block_fp32.tflite"))
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON list");
+    let ops = json.as_array().expect("list");
+    let conv = ops.iter().find(|o| o["op"] == "CONV_2D").expect("a conv");
+    let kernel = &conv["kernels"][0];
+    for field in ["name", "block", "grid", "work_group", "groups"] {
+        assert!(!kernel[field].is_null(), "missing {field}: {kernel}");
+    }
+    let out = tandem().args(["dispatch", "--gpu", "no-such-gpu"]).arg(fixture("sparse_fc.tflite")).output().expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("adreno-740"));
+}

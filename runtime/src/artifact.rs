@@ -124,7 +124,10 @@ pub enum Kernel {
     /// lhs, rhs
     BatchMatMul(BatchMatMulParams),
     /// lhs, rhs (numpy broadcasting to the output shape)
-    Binary { kind: BinaryKind, activation: Activation },
+    Binary {
+        kind: BinaryKind,
+        activation: Activation,
+    },
     /// input
     Unary(UnaryKind),
     /// input, alpha (broadcast to the input)
@@ -138,13 +141,21 @@ pub enum Kernel {
     /// input; reduced axes of the input's shape
     Mean { axes: Vec<usize> },
     /// input; zeros (or `value`) before and after each dimension
-    Pad { before: Vec<usize>, after: Vec<usize>, value: f32 },
+    Pad {
+        before: Vec<usize>,
+        after: Vec<usize>,
+        value: f32,
+    },
     /// inputs…
     Concat { axis: usize },
     /// input
     Transpose { perm: Vec<usize> },
     /// input; per input dimension: first index, step (may be negative), count
-    StridedSlice { begin: Vec<usize>, stride: Vec<isize>, count: Vec<usize> },
+    StridedSlice {
+        begin: Vec<usize>,
+        stride: Vec<isize>,
+        count: Vec<usize>,
+    },
     /// input; same elements, new shape (RESHAPE, SQUEEZE)
     Copy,
     /// input
@@ -152,9 +163,15 @@ pub enum Kernel {
     /// input
     SpaceToDepth { block: usize },
     /// input
-    ResizeBilinear { align_corners: bool, half_pixel_centers: bool },
+    ResizeBilinear {
+        align_corners: bool,
+        half_pixel_centers: bool,
+    },
     /// input
-    ResizeNearest { align_corners: bool, half_pixel_centers: bool },
+    ResizeNearest {
+        align_corners: bool,
+        half_pixel_centers: bool,
+    },
 }
 
 /// Where a step runs.
@@ -231,7 +248,12 @@ fn padding(meta_len: usize) -> usize {
 /// [`to_le_in_place`]).
 fn as_bytes_mut(values: &mut [f32]) -> &mut [u8] {
     // SAFETY: f32 has no padding or invalid bit patterns; the length is scaled by its size.
-    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            values.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(values),
+        )
+    }
 }
 
 /// Converts values read as little-endian bytes to native order (a no-op on little-endian hosts).
@@ -259,7 +281,10 @@ fn parse_header(bytes: &[u8]) -> Result<Header, ArtifactError> {
         });
     }
     if bytes.len() < HEADER_LEN {
-        return Err(ArtifactError::Truncated(format!("{} bytes, shorter than the {HEADER_LEN}-byte header", bytes.len())));
+        return Err(ArtifactError::Truncated(format!(
+            "{} bytes, shorter than the {HEADER_LEN}-byte header",
+            bytes.len()
+        )));
     }
     let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
     let found = u32::from_le_bytes(bytes[8..12].try_into().unwrap_or_default());
@@ -267,17 +292,27 @@ fn parse_header(bytes: &[u8]) -> Result<Header, ArtifactError> {
         return Err(ArtifactError::Version { found });
     }
     if bytes[12..16] != [0; 4] {
-        return Err(ArtifactError::Invalid("reserved header bytes 12..16 are not zero".into()));
+        return Err(ArtifactError::Invalid(
+            "reserved header bytes 12..16 are not zero".into(),
+        ));
     }
     let (checksum, meta_len, weights_len) = (word(16), word(24), word(32));
     if meta_len > MAX_META {
-        return Err(ArtifactError::Invalid(format!("metadata length {meta_len} is implausible")));
+        return Err(ArtifactError::Invalid(format!(
+            "metadata length {meta_len} is implausible"
+        )));
     }
     let weights_len = usize::try_from(weights_len)
         .ok()
         .filter(|n| n.checked_mul(4).is_some())
-        .ok_or_else(|| ArtifactError::Invalid(format!("weight count {weights_len} is implausible")))?;
-    Ok(Header { checksum, meta_len: meta_len as usize, weights_len })
+        .ok_or_else(|| {
+            ArtifactError::Invalid(format!("weight count {weights_len} is implausible"))
+        })?;
+    Ok(Header {
+        checksum,
+        meta_len: meta_len as usize,
+        weights_len,
+    })
 }
 
 impl Artifact {
@@ -310,20 +345,29 @@ impl Artifact {
         let pad = padding(header.meta_len);
         let expected = header.meta_len as u128 + pad as u128 + header.weights_len as u128 * 4;
         if (body.len() as u128) < expected {
-            return Err(ArtifactError::Truncated(format!("{} bytes after the header, the header announces {expected}", body.len())));
+            return Err(ArtifactError::Truncated(format!(
+                "{} bytes after the header, the header announces {expected}",
+                body.len()
+            )));
         }
         if body.len() as u128 > expected {
-            return Err(ArtifactError::Invalid(format!("{} unexpected bytes at the end", body.len() as u128 - expected)));
+            return Err(ArtifactError::Invalid(format!(
+                "{} unexpected bytes at the end",
+                body.len() as u128 - expected
+            )));
         }
         // Two updates, as written: metadata with its padding, then the weights.
         let mut checksum = Checksum::new();
         checksum.update(&body[..header.meta_len + pad]);
         checksum.update(&body[header.meta_len + pad..]);
         if checksum.0 != header.checksum {
-            return Err(ArtifactError::Checksum { stored: header.checksum, computed: checksum.0 });
+            return Err(ArtifactError::Checksum {
+                stored: header.checksum,
+                computed: checksum.0,
+            });
         }
-        let mut artifact: Artifact =
-            rmp_serde::from_slice(&body[..header.meta_len]).map_err(|e| ArtifactError::Decode(e.to_string()))?;
+        let mut artifact: Artifact = rmp_serde::from_slice(&body[..header.meta_len])
+            .map_err(|e| ArtifactError::Decode(e.to_string()))?;
         artifact.weights = body[header.meta_len + pad..]
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -337,7 +381,9 @@ impl Artifact {
     /// their buffer (peak memory: the weights plus the small metadata).
     pub fn read_from(mut reader: impl std::io::Read) -> Result<Self, ArtifactError> {
         let io = |what: &str, e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => ArtifactError::Truncated(format!("the file ends inside the {what}")),
+            std::io::ErrorKind::UnexpectedEof => {
+                ArtifactError::Truncated(format!("the file ends inside the {what}"))
+            }
             _ => ArtifactError::Truncated(format!("cannot read the {what}: {e}")),
         };
         let mut head = [0u8; HEADER_LEN];
@@ -353,24 +399,35 @@ impl Artifact {
         let header = parse_header(&head[..got])?;
         let pad = padding(header.meta_len);
         let mut meta = vec![0u8; header.meta_len + pad];
-        reader.read_exact(&mut meta).map_err(|e| io("metadata", e))?;
+        reader
+            .read_exact(&mut meta)
+            .map_err(|e| io("metadata", e))?;
         let mut weights = Vec::new();
-        weights.try_reserve_exact(header.weights_len).map_err(|_| ArtifactError::Invalid(format!("cannot allocate {} weights", header.weights_len)))?;
+        weights.try_reserve_exact(header.weights_len).map_err(|_| {
+            ArtifactError::Invalid(format!("cannot allocate {} weights", header.weights_len))
+        })?;
         weights.resize(header.weights_len, 0f32);
-        reader.read_exact(as_bytes_mut(&mut weights)).map_err(|e| io("weights", e))?;
+        reader
+            .read_exact(as_bytes_mut(&mut weights))
+            .map_err(|e| io("weights", e))?;
         let mut extra = [0u8; 1];
         if matches!(reader.read(&mut extra), Ok(n) if n > 0) {
-            return Err(ArtifactError::Invalid("unexpected bytes after the weights".into()));
+            return Err(ArtifactError::Invalid(
+                "unexpected bytes after the weights".into(),
+            ));
         }
         let mut checksum = Checksum::new();
         checksum.update(&meta);
         checksum.update(as_bytes_mut(&mut weights));
         if checksum.0 != header.checksum {
-            return Err(ArtifactError::Checksum { stored: header.checksum, computed: checksum.0 });
+            return Err(ArtifactError::Checksum {
+                stored: header.checksum,
+                computed: checksum.0,
+            });
         }
         to_le_in_place(&mut weights);
-        let mut artifact: Artifact =
-            rmp_serde::from_slice(&meta[..header.meta_len]).map_err(|e| ArtifactError::Decode(e.to_string()))?;
+        let mut artifact: Artifact = rmp_serde::from_slice(&meta[..header.meta_len])
+            .map_err(|e| ArtifactError::Decode(e.to_string()))?;
         artifact.weights = weights;
         artifact.check_weights_len(header.weights_len)?;
         artifact.validate().map_err(ArtifactError::Invalid)?;
@@ -379,7 +436,10 @@ impl Artifact {
 
     fn check_weights_len(&self, from_header: usize) -> Result<(), ArtifactError> {
         if self.weights_len != from_header {
-            return Err(ArtifactError::Invalid(format!("metadata says {} weights, the header {from_header}", self.weights_len)));
+            return Err(ArtifactError::Invalid(format!(
+                "metadata says {} weights, the header {from_header}",
+                self.weights_len
+            )));
         }
         Ok(())
     }
@@ -388,25 +448,51 @@ impl Artifact {
     /// read or write out of bounds. The message names the tensor or step.
     pub fn validate(&self) -> Result<(), String> {
         if self.weights.len() != self.weights_len {
-            return Err(format!("{} weights present, {} declared", self.weights.len(), self.weights_len));
+            return Err(format!(
+                "{} weights present, {} declared",
+                self.weights.len(),
+                self.weights_len
+            ));
         }
         let n_tensors = self.tensors.len();
         for (i, t) in self.tensors.iter().enumerate() {
             let what = || format!("tensor {i} '{}'", t.name);
-            let elements = t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| format!("{}: shape too large", what()))?;
-            let size = t.dtype.size_bytes().ok_or_else(|| format!("{}: unsupported type {}", what(), t.dtype))?;
-            let bytes = elements.checked_mul(size).ok_or_else(|| format!("{}: too large", what()))?;
+            let elements = t
+                .shape
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .ok_or_else(|| format!("{}: shape too large", what()))?;
+            let size = t
+                .dtype
+                .size_bytes()
+                .ok_or_else(|| format!("{}: unsupported type {}", what(), t.dtype))?;
+            let bytes = elements
+                .checked_mul(size)
+                .ok_or_else(|| format!("{}: too large", what()))?;
             match t.storage {
                 Storage::Arena { offset } => {
                     if t.dtype != DType::F32 {
-                        return Err(format!("{}: activations must be FLOAT32, not {}", what(), t.dtype));
+                        return Err(format!(
+                            "{}: activations must be FLOAT32, not {}",
+                            what(),
+                            t.dtype
+                        ));
                     }
-                    if offset % ARENA_ALIGN != 0 || offset.checked_add(bytes).is_none_or(|end| end > self.arena_bytes) {
+                    if offset % ARENA_ALIGN != 0
+                        || offset
+                            .checked_add(bytes)
+                            .is_none_or(|end| end > self.arena_bytes)
+                    {
                         return Err(format!("{}: arena range {offset}..+{bytes} is outside the {}-byte arena or unaligned", what(), self.arena_bytes));
                     }
                 }
                 Storage::Constant { offset } => {
-                    if t.dtype != DType::F32 || offset % WEIGHT_ALIGN != 0 || offset.checked_add(elements).is_none_or(|end| end > self.weights.len()) {
+                    if t.dtype != DType::F32
+                        || offset % WEIGHT_ALIGN != 0
+                        || offset
+                            .checked_add(elements)
+                            .is_none_or(|end| end > self.weights.len())
+                    {
                         return Err(format!("{}: weights {offset}..+{elements} are outside the {} stored weights, unaligned or not FLOAT32", what(), self.weights.len()));
                     }
                 }
@@ -415,46 +501,79 @@ impl Artifact {
         for (list, name) in [(&self.inputs, "input"), (&self.outputs, "output")] {
             for &t in list {
                 match self.tensors.get(t) {
-                    Some(TensorDesc { storage: Storage::Arena { .. }, .. }) => {}
+                    Some(TensorDesc {
+                        storage: Storage::Arena { .. },
+                        ..
+                    }) => {}
                     Some(_) => return Err(format!("model {name} {t} is not an arena tensor")),
-                    None => return Err(format!("model {name} refers to tensor {t} of {n_tensors}")),
+                    None => {
+                        return Err(format!("model {name} refers to tensor {t} of {n_tensors}"))
+                    }
                 }
             }
         }
         for (s, step) in self.steps.iter().enumerate() {
-            self.validate_step(step).map_err(|e| format!("step {s} ({}): {e}", step.name))?;
+            self.validate_step(step)
+                .map_err(|e| format!("step {s} ({}): {e}", step.name))?;
         }
         Ok(())
     }
 
     fn validate_step(&self, step: &Step) -> Result<(), String> {
-        let get = |t: usize| self.tensors.get(t).ok_or_else(|| format!("tensor {t} does not exist ({} tensors)", self.tensors.len()));
-        let inputs: Vec<Option<&TensorDesc>> = step.inputs.iter().map(|t| t.map(get).transpose()).collect::<Result<_, _>>()?;
-        let outputs: Vec<&TensorDesc> = step.outputs.iter().map(|&t| get(t)).collect::<Result<_, _>>()?;
+        let get = |t: usize| {
+            self.tensors.get(t).ok_or_else(|| {
+                format!("tensor {t} does not exist ({} tensors)", self.tensors.len())
+            })
+        };
+        let inputs: Vec<Option<&TensorDesc>> = step
+            .inputs
+            .iter()
+            .map(|t| t.map(get).transpose())
+            .collect::<Result<_, _>>()?;
+        let outputs: Vec<&TensorDesc> = step
+            .outputs
+            .iter()
+            .map(|&t| get(t))
+            .collect::<Result<_, _>>()?;
         let arena_range = |t: &TensorDesc| match t.storage {
             Storage::Arena { offset } => Some(offset..offset + t.bytes()),
             Storage::Constant { .. } => None,
         };
         for (i, out) in outputs.iter().enumerate() {
-            let range = arena_range(out).ok_or_else(|| format!("output {i} '{}' is a constant", out.name))?;
-            let overlaps = |r: &std::ops::Range<usize>| r.start < range.end && range.start < r.end && !range.is_empty() && !r.is_empty();
+            let range = arena_range(out)
+                .ok_or_else(|| format!("output {i} '{}' is a constant", out.name))?;
+            let overlaps = |r: &std::ops::Range<usize>| {
+                r.start < range.end && range.start < r.end && !range.is_empty() && !r.is_empty()
+            };
             for inp in inputs.iter().flatten() {
                 if arena_range(inp).is_some_and(|r| overlaps(&r)) {
-                    return Err(format!("output '{}' overlaps input '{}' in the arena", out.name, inp.name));
+                    return Err(format!(
+                        "output '{}' overlaps input '{}' in the arena",
+                        out.name, inp.name
+                    ));
                 }
             }
             for other in &outputs[..i] {
                 if arena_range(other).is_some_and(|r| overlaps(&r)) {
-                    return Err(format!("outputs '{}' and '{}' overlap in the arena", out.name, other.name));
+                    return Err(format!(
+                        "outputs '{}' and '{}' overlap in the arena",
+                        out.name, other.name
+                    ));
                 }
             }
             if out.dtype != DType::F32 {
-                return Err(format!("output '{}' is {}, kernels write FLOAT32", out.name, out.dtype));
+                return Err(format!(
+                    "output '{}' is {}, kernels write FLOAT32",
+                    out.name, out.dtype
+                ));
             }
         }
         for inp in inputs.iter().flatten() {
             if inp.dtype != DType::F32 {
-                return Err(format!("input '{}' is {}, kernels read FLOAT32", inp.name, inp.dtype));
+                return Err(format!(
+                    "input '{}' is {}, kernels read FLOAT32",
+                    inp.name, inp.dtype
+                ));
             }
         }
         crate::cpu::check::check_kernel(&step.kernel, &inputs, &outputs)

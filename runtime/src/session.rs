@@ -3,11 +3,15 @@
 //! [`Model::load`] decodes and validates an artifact once; [`Session`] owns the activation arena
 //! and the thread pool and runs the steps in order.
 
-use crate::artifact::{Artifact, ArtifactError, BinaryKind, Kernel, Storage, TensorDesc, UnaryKind};
+use crate::artifact::{
+    Artifact, ArtifactError, BinaryKind, Kernel, Storage, TensorDesc, UnaryKind,
+};
 use crate::cpu::elementwise::{self, BinaryOp, UnaryOp};
 use crate::cpu::pool::Pool2d;
 use crate::cpu::threads::ThreadPool;
-use crate::cpu::{batch_matmul, conv, depthwise, fully_connected, layout, reduce, resize, transpose_conv};
+use crate::cpu::{
+    batch_matmul, conv, depthwise, fully_connected, layout, reduce, resize, transpose_conv,
+};
 use crate::npy::NpyArray;
 use crate::DType;
 use std::path::Path;
@@ -17,7 +21,9 @@ use std::path::Path;
 pub enum RunError {
     #[error("the model takes {expected} inputs, got {got}")]
     InputCount { expected: usize, got: usize },
-    #[error("input {index} '{name}': expected {expected_dtype} {expected:?}, got {got_dtype} {got:?}")]
+    #[error(
+        "input {index} '{name}': expected {expected_dtype} {expected:?}, got {got_dtype} {got:?}"
+    )]
     InputShape {
         index: usize,
         name: String,
@@ -41,8 +47,12 @@ impl Model {
 
     /// Reads and loads an artifact file, streaming the weights into place.
     pub fn load_file(path: &Path) -> Result<Self, ArtifactError> {
-        let file = std::fs::File::open(path).map_err(|e| ArtifactError::Truncated(format!("cannot open {}: {e}", path.display())))?;
-        Ok(Self::from_artifact(Artifact::read_from(std::io::BufReader::with_capacity(1 << 16, file))?))
+        let file = std::fs::File::open(path).map_err(|e| {
+            ArtifactError::Truncated(format!("cannot open {}: {e}", path.display()))
+        })?;
+        Ok(Self::from_artifact(Artifact::read_from(
+            std::io::BufReader::with_capacity(1 << 16, file),
+        )?))
     }
 
     /// Wraps an artifact that has passed [`Artifact::validate`].
@@ -56,12 +66,20 @@ impl Model {
 
     /// Descriptions of the model inputs, in order.
     pub fn inputs(&self) -> Vec<&TensorDesc> {
-        self.artifact.inputs.iter().map(|&t| &self.artifact.tensors[t]).collect()
+        self.artifact
+            .inputs
+            .iter()
+            .map(|&t| &self.artifact.tensors[t])
+            .collect()
     }
 
     /// Descriptions of the model outputs, in order.
     pub fn outputs(&self) -> Vec<&TensorDesc> {
-        self.artifact.outputs.iter().map(|&t| &self.artifact.tensors[t]).collect()
+        self.artifact
+            .outputs
+            .iter()
+            .map(|&t| &self.artifact.tensors[t])
+            .collect()
     }
 }
 
@@ -75,14 +93,21 @@ pub struct Session<'m> {
 impl<'m> Session<'m> {
     /// A session using `threads` CPU threads.
     pub fn new(model: &'m Model, threads: usize) -> Self {
-        Session { model, arena: vec![0.0; model.artifact.arena_bytes.div_ceil(4)], pool: ThreadPool::new(threads) }
+        Session {
+            model,
+            arena: vec![0.0; model.artifact.arena_bytes.div_ceil(4)],
+            pool: ThreadPool::new(threads),
+        }
     }
 
     /// Runs the model on `inputs` (in the model's input order) and returns its outputs.
     pub fn run(&mut self, inputs: &[NpyArray]) -> Result<Vec<NpyArray>, RunError> {
         let a = &self.model.artifact;
         if inputs.len() != a.inputs.len() {
-            return Err(RunError::InputCount { expected: a.inputs.len(), got: inputs.len() });
+            return Err(RunError::InputCount {
+                expected: a.inputs.len(),
+                got: inputs.len(),
+            });
         }
         for (index, (value, &t)) in inputs.iter().zip(&a.inputs).enumerate() {
             let desc = &a.tensors[t];
@@ -103,8 +128,7 @@ impl<'m> Session<'m> {
         for step in &a.steps {
             self.run_step(step);
         }
-        Ok(a
-            .outputs
+        Ok(a.outputs
             .iter()
             .map(|&t| {
                 let desc = &a.tensors[t];
@@ -146,12 +170,18 @@ impl<'m> Session<'m> {
                 Storage::Constant { offset } => &a.weights[offset..offset + desc.elements()],
                 Storage::Arena { offset } => {
                     debug_assert!(offset / 4 + desc.elements() <= arena_len);
-                    unsafe { std::slice::from_raw_parts(arena_ptr.add(offset / 4), desc.elements()) }
+                    unsafe {
+                        std::slice::from_raw_parts(arena_ptr.add(offset / 4), desc.elements())
+                    }
                 }
             }
         };
         let inputs: Vec<Option<&[f32]>> = step.inputs.iter().map(|t| t.map(read)).collect();
-        let shapes: Vec<&[usize]> = step.inputs.iter().map(|t| t.map_or(&[][..], |t| a.tensors[t].shape.as_slice())).collect();
+        let shapes: Vec<&[usize]> = step
+            .inputs
+            .iter()
+            .map(|t| t.map_or(&[][..], |t| a.tensors[t].shape.as_slice()))
+            .collect();
         let mut outputs: Vec<&mut [f32]> = step
             .outputs
             .iter()
@@ -169,14 +199,44 @@ impl<'m> Session<'m> {
         let out = &mut outputs[0];
         let pool = &self.pool;
         match &step.kernel {
-            Kernel::Conv2d(p) => conv::conv2d(x(0), x(1), inputs.get(2).copied().flatten(), out, p, 0, p.output[3], pool),
-            Kernel::DepthwiseConv2d(p) => {
-                depthwise::depthwise_conv2d(x(0), x(1), inputs.get(2).copied().flatten(), out, p, 0, p.output[3], pool)
-            }
-            Kernel::FullyConnected(p) => {
-                fully_connected::fully_connected(x(0), x(1), inputs.get(2).copied().flatten(), out, p, 0, p.units, pool)
-            }
-            Kernel::TransposeConv(p) => transpose_conv::transpose_conv2d(x(0), x(1), inputs.get(2).copied().flatten(), out, p, pool),
+            Kernel::Conv2d(p) => conv::conv2d(
+                x(0),
+                x(1),
+                inputs.get(2).copied().flatten(),
+                out,
+                p,
+                0,
+                p.output[3],
+                pool,
+            ),
+            Kernel::DepthwiseConv2d(p) => depthwise::depthwise_conv2d(
+                x(0),
+                x(1),
+                inputs.get(2).copied().flatten(),
+                out,
+                p,
+                0,
+                p.output[3],
+                pool,
+            ),
+            Kernel::FullyConnected(p) => fully_connected::fully_connected(
+                x(0),
+                x(1),
+                inputs.get(2).copied().flatten(),
+                out,
+                p,
+                0,
+                p.units,
+                pool,
+            ),
+            Kernel::TransposeConv(p) => transpose_conv::transpose_conv2d(
+                x(0),
+                x(1),
+                inputs.get(2).copied().flatten(),
+                out,
+                p,
+                pool,
+            ),
             Kernel::BatchMatMul(p) => batch_matmul::batch_matmul(x(0), x(1), out, p),
             Kernel::Binary { kind, activation } => {
                 let op = match kind {
@@ -185,7 +245,16 @@ impl<'m> Session<'m> {
                     BinaryKind::Mul => BinaryOp::Mul,
                     BinaryKind::Div => BinaryOp::Div,
                 };
-                elementwise::binary(op, x(0), shapes[0], x(1), shapes[1], out, out_shape, *activation)
+                elementwise::binary(
+                    op,
+                    x(0),
+                    shapes[0],
+                    x(1),
+                    shapes[1],
+                    out,
+                    out_shape,
+                    *activation,
+                )
             }
             Kernel::Unary(kind) => {
                 let op = match *kind {
@@ -200,9 +269,16 @@ impl<'m> Session<'m> {
                 elementwise::unary(op, x(0), out)
             }
             Kernel::Prelu => elementwise::prelu(x(0), shapes[0], x(1), shapes[1], out),
-            Kernel::Softmax { beta } => elementwise::softmax(x(0), out, out_shape.last().copied().unwrap_or(1), *beta),
+            Kernel::Softmax { beta } => {
+                elementwise::softmax(x(0), out, out_shape.last().copied().unwrap_or(1), *beta)
+            }
             Kernel::MaxPool2d(p) | Kernel::AvgPool2d(p) => {
-                let params = Pool2d { filter: p.filter, stride: p.stride, pad: p.pad, activation: p.activation };
+                let params = Pool2d {
+                    filter: p.filter,
+                    stride: p.stride,
+                    pad: p.pad,
+                    activation: p.activation,
+                };
                 let (i, o) = (shape4(shapes[0]), shape4(out_shape));
                 if matches!(step.kernel, Kernel::MaxPool2d(_)) {
                     crate::cpu::pool::max_pool2d(x(0), i, out, o, &params)
@@ -211,22 +287,51 @@ impl<'m> Session<'m> {
                 }
             }
             Kernel::Mean { axes } => reduce::mean(x(0), shapes[0], axes, out),
-            Kernel::Pad { before, after, value } => layout::pad(x(0), shapes[0], before, after, *value, out),
+            Kernel::Pad {
+                before,
+                after,
+                value,
+            } => layout::pad(x(0), shapes[0], before, after, *value, out),
             Kernel::Concat { axis } => {
-                let parts: Vec<(&[f32], &[usize])> = (0..inputs.len()).map(|i| (x(i), shapes[i])).collect();
+                let parts: Vec<(&[f32], &[usize])> =
+                    (0..inputs.len()).map(|i| (x(i), shapes[i])).collect();
                 layout::concat(&parts, *axis, out)
             }
             Kernel::Transpose { perm } => layout::transpose(x(0), shapes[0], perm, out),
-            Kernel::StridedSlice { begin, stride, count } => layout::strided_slice(x(0), shapes[0], begin, stride, count, out),
+            Kernel::StridedSlice {
+                begin,
+                stride,
+                count,
+            } => layout::strided_slice(x(0), shapes[0], begin, stride, count, out),
             Kernel::Copy => out.copy_from_slice(x(0)),
-            Kernel::DepthToSpace { block } => layout::depth_to_space(x(0), shape4(shapes[0]), *block, out),
-            Kernel::SpaceToDepth { block } => layout::space_to_depth(x(0), shape4(shapes[0]), *block, out),
-            Kernel::ResizeBilinear { align_corners, half_pixel_centers } => {
-                resize::resize_bilinear(x(0), shape4(shapes[0]), out, shape4(out_shape), *align_corners, *half_pixel_centers)
+            Kernel::DepthToSpace { block } => {
+                layout::depth_to_space(x(0), shape4(shapes[0]), *block, out)
             }
-            Kernel::ResizeNearest { align_corners, half_pixel_centers } => {
-                resize::resize_nearest(x(0), shape4(shapes[0]), out, shape4(out_shape), *align_corners, *half_pixel_centers)
+            Kernel::SpaceToDepth { block } => {
+                layout::space_to_depth(x(0), shape4(shapes[0]), *block, out)
             }
+            Kernel::ResizeBilinear {
+                align_corners,
+                half_pixel_centers,
+            } => resize::resize_bilinear(
+                x(0),
+                shape4(shapes[0]),
+                out,
+                shape4(out_shape),
+                *align_corners,
+                *half_pixel_centers,
+            ),
+            Kernel::ResizeNearest {
+                align_corners,
+                half_pixel_centers,
+            } => resize::resize_nearest(
+                x(0),
+                shape4(shapes[0]),
+                out,
+                shape4(out_shape),
+                *align_corners,
+                *half_pixel_centers,
+            ),
         }
     }
 }

@@ -55,8 +55,8 @@ fn every_zoo_model_on_every_builtin_gpu() {
             for precision in [Precision::F16, Precision::F32] {
                 let target = Target::new(Gpu::builtin(b.id).expect("built-in"), Some(precision));
                 let context = format!("{} on {} {precision}", model.name, b.id);
-                let ops = dispatch_graph(&graph, &target)
-                    .unwrap_or_else(|e| panic!("{context}: {e:#}"));
+                let ops =
+                    dispatch_graph(&graph, &target).unwrap_or_else(|e| panic!("{context}: {e:#}"));
                 check_records(&context, &graph, &target, &ops);
                 let table = render_table(&target, Some(precision), &ops);
                 assert!(table.contains("total:"), "{context}");
@@ -92,22 +92,43 @@ fn vgg16_winograd_counts_follow_the_thresholds() {
     let graph = read_back(&model);
     // Adreno 6xx needs 32 slices in and out and 128 tiles: 112x112 128->128 and the four 56x56
     // convs... of which 128->256 and 256->256 x2 qualify, so 1 + 3 = 4. 28x28 has 49 tiles.
-    let t = Target::new(Gpu::builtin("adreno-640").expect("gpu"), Some(Precision::F16));
-    assert_eq!(winograd_convs(&dispatch_graph(&graph, &t).expect("dispatch")), 4);
+    let t = Target::new(
+        Gpu::builtin("adreno-640").expect("gpu"),
+        Some(Precision::F16),
+    );
+    assert_eq!(
+        winograd_convs(&dispatch_graph(&graph, &t).expect("dispatch")),
+        4
+    );
     // Adreno 7xx: 64 tiles; 28x28 still has only 49, so also 4.
-    let t = Target::new(Gpu::builtin("adreno-740").expect("gpu"), Some(Precision::F16));
-    assert_eq!(winograd_convs(&dispatch_graph(&graph, &t).expect("dispatch")), 4);
+    let t = Target::new(
+        Gpu::builtin("adreno-740").expect("gpu"),
+        Some(Precision::F16),
+    );
+    assert_eq!(
+        winograd_convs(&dispatch_graph(&graph, &t).expect("dispatch")),
+        4
+    );
     // Mali: 16 slices and 32 tiles: 224x224 64->64, 112x112 x2, 56x56 x3, 28x28 x3 = 9; the
     // 3-channel stem and the 14x14 convs (16 tiles) do not qualify.
-    let t = Target::new(Gpu::builtin("mali-g76-mp10").expect("gpu"), Some(Precision::F16));
-    assert_eq!(winograd_convs(&dispatch_graph(&graph, &t).expect("dispatch")), 9);
+    let t = Target::new(
+        Gpu::builtin("mali-g76-mp10").expect("gpu"),
+        Some(Precision::F16),
+    );
+    assert_eq!(
+        winograd_convs(&dispatch_graph(&graph, &t).expect("dispatch")),
+        9
+    );
 }
 
 #[test]
 fn mobilenet_v2_stem_and_blocks_on_adreno_640() {
     let model = tandem_models::by_name("mobilenet_v2").expect("mobilenet_v2");
     let graph = read_back(&model);
-    let t = Target::new(Gpu::builtin("adreno-640").expect("gpu"), Some(Precision::F16));
+    let t = Target::new(
+        Gpu::builtin("adreno-640").expect("gpu"),
+        Some(Precision::F16),
+    );
     let ops = dispatch_graph(&graph, &t).expect("dispatch");
     // Stem: 3x3 s2 3 -> 32 on 224x224: 3*4*8*9*2 = 1728 B -> ConvConstants, grid (112,112,1),
     // generic picker (wz 1, xy 1024, wx 56, wy 18), count (2, 7, 1).

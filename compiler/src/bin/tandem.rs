@@ -27,6 +27,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Emulate the stock TFLite GPU delegate: the kernels, block sizes, grids and work groups it
+    /// would run for every operator on a given GPU.
+    Dispatch(tandem_compiler::dispatch::cli::DispatchArgs),
     /// Compile a .tflite model into a .tandem artifact.
     Compile {
         /// The `.tflite` model.
@@ -65,6 +68,7 @@ enum Command {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Dispatch(args) => tandem_compiler::dispatch::cli::run(&args)?,
         Command::Inspect { model, json } => {
             let bytes = std::fs::read(&model)
                 .with_context(|| format!("cannot read {}", model.display()))?;
@@ -77,11 +81,17 @@ fn run(cli: Cli) -> Result<()> {
                 print!("{}", inspect::render_table(&report));
             }
         }
-        Command::Compile { model, output, cpu_only: _, threads } => {
+        Command::Compile {
+            model,
+            output,
+            cpu_only: _,
+            threads,
+        } => {
             let artifact = runner::compile_file(&model, threads)?;
             let output = output.unwrap_or_else(|| model.with_extension("tandem"));
             let bytes = artifact.encode()?;
-            std::fs::write(&output, &bytes).with_context(|| format!("cannot write {}", output.display()))?;
+            std::fs::write(&output, &bytes)
+                .with_context(|| format!("cannot write {}", output.display()))?;
             println!(
                 "compiled {} → {} ({} steps, {:.1} MB, arena {:.1} MB)",
                 model.display(),
@@ -91,10 +101,18 @@ fn run(cli: Cli) -> Result<()> {
                 artifact.arena_bytes as f64 / 1e6
             );
         }
-        Command::Run { model, inputs, output_dir, threads, repeat, json } => {
+        Command::Run {
+            model,
+            inputs,
+            output_dir,
+            threads,
+            repeat,
+            json,
+        } => {
             let loaded = runner::load_model(&model, threads)?;
             let values = runner::inputs_for(&loaded, &inputs)?;
-            let report = runner::run_model(&loaded, &values, threads, repeat, output_dir.as_deref())?;
+            let report =
+                runner::run_model(&loaded, &values, threads, repeat, output_dir.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
@@ -105,7 +123,10 @@ fn run(cli: Cli) -> Result<()> {
                     }
                 }
                 if let Some(l) = &report.latency_ms {
-                    println!("latency over {} runs ({} threads): median {:.3} ms, min {:.3} ms", l.runs, threads, l.median, l.min);
+                    println!(
+                        "latency over {} runs ({} threads): median {:.3} ms, min {:.3} ms",
+                        l.runs, threads, l.median, l.min
+                    );
                 }
             }
         }
@@ -114,6 +135,13 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes away (`| head`)
+    // instead of failing to print.
+    #[cfg(unix)]
+    // SAFETY: restoring the default SIGPIPE disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -155,7 +155,12 @@ pub fn render_table(target: &Target, requested: Option<Precision>, ops: &[OpDisp
                 format!("~{}", k.name.name())
             };
             let (index, op, shape, note) = if i == 0 {
-                (o.op_index.to_string(), o.op.as_str(), shape.as_str(), notes.join("; "))
+                (
+                    o.op_index.to_string(),
+                    o.op.as_str(),
+                    shape.as_str(),
+                    notes.join("; "),
+                )
             } else {
                 (String::new(), "", "", String::new())
             };

@@ -73,7 +73,10 @@ pub struct DispatchFeatures {
 impl DispatchFeatures {
     /// (name, value) pairs in order.
     pub fn named(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
-        FEATURE_NAMES.iter().copied().zip(self.values.iter().copied())
+        FEATURE_NAMES
+            .iter()
+            .copied()
+            .zip(self.values.iter().copied())
     }
 
     /// The value of feature `name`.

@@ -338,7 +338,10 @@ impl Graph {
         for &n in &nodes {
             for &out in &self.dag[n].outputs {
                 if self.producers.insert(out, n).is_some() {
-                    bail!("tensor {out} '{}' has two producers", self.tensors[out.0].name);
+                    bail!(
+                        "tensor {out} '{}' has two producers",
+                        self.tensors[out.0].name
+                    );
                 }
             }
         }

@@ -28,7 +28,12 @@ pub fn plan(intervals: &[Interval]) -> (Vec<usize>, usize) {
         let mut clashes: Vec<(usize, usize)> = placed
             .iter()
             .filter(|&&j| intervals[j].first <= me.last && me.first <= intervals[j].last)
-            .map(|&j| (offsets[j], offsets[j] + intervals[j].bytes.div_ceil(ARENA_ALIGN) * ARENA_ALIGN))
+            .map(|&j| {
+                (
+                    offsets[j],
+                    offsets[j] + intervals[j].bytes.div_ceil(ARENA_ALIGN) * ARENA_ALIGN,
+                )
+            })
             .collect();
         clashes.sort_unstable();
         let mut offset = 0;
@@ -55,9 +60,15 @@ mod tests {
         for _ in 0..50 {
             let intervals: Vec<Interval> = (0..30)
                 .map(|_| {
-                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     let first = (state >> 33) as usize % 20;
-                    Interval { bytes: 1 + (state >> 20) as usize % 5000, first, last: first + (state >> 45) as usize % 6 }
+                    Interval {
+                        bytes: 1 + (state >> 20) as usize % 5000,
+                        first,
+                        last: first + (state >> 45) as usize % 6,
+                    }
                 })
                 .collect();
             let (offsets, arena) = plan(&intervals);
@@ -65,12 +76,17 @@ mod tests {
                 assert_eq!(offsets[i] % ARENA_ALIGN, 0);
                 assert!(offsets[i] + intervals[i].bytes <= arena);
                 for j in 0..i {
-                    let live = intervals[i].first <= intervals[j].last && intervals[j].first <= intervals[i].last;
-                    let disjoint = offsets[i] + intervals[i].bytes <= offsets[j] || offsets[j] + intervals[j].bytes <= offsets[i];
+                    let live = intervals[i].first <= intervals[j].last
+                        && intervals[j].first <= intervals[i].last;
+                    let disjoint = offsets[i] + intervals[i].bytes <= offsets[j]
+                        || offsets[j] + intervals[j].bytes <= offsets[i];
                     assert!(!live || disjoint, "{i} and {j} overlap while both live");
                 }
             }
-            let total: usize = intervals.iter().map(|i| i.bytes.div_ceil(ARENA_ALIGN) * ARENA_ALIGN).sum();
+            let total: usize = intervals
+                .iter()
+                .map(|i| i.bytes.div_ceil(ARENA_ALIGN) * ARENA_ALIGN)
+                .sum();
             assert!(arena < total, "the plan reuses nothing");
         }
     }

@@ -5,13 +5,17 @@ mod memory;
 
 use crate::ir::op::TransposeConv;
 use crate::ir::shape::{normalize_axis, resolve_strided_slice, same_padding};
-use crate::ir::{Activation as IrActivation, BinaryKind as IrBinary, Graph, Op, Padding, TensorId, UnaryKind as IrUnary};
+use crate::ir::{
+    Activation as IrActivation, BinaryKind as IrBinary, Graph, Op, Padding, TensorId,
+    UnaryKind as IrUnary,
+};
 use crate::passes;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use petgraph::stable_graph::NodeIndex;
 use std::collections::HashMap;
-use tandem_runtime::artifact::{WEIGHT_ALIGN, 
+use tandem_runtime::artifact::{
     Artifact, BinaryKind, Kernel, Placement, PoolParams, Step, Storage, TensorDesc, UnaryKind,
+    WEIGHT_ALIGN,
 };
 use tandem_runtime::cpu::batch_matmul::BatchMatMulParams;
 use tandem_runtime::cpu::conv::{pack_conv_weights, ConvParams};
@@ -44,8 +48,18 @@ fn reject_quantized(graph: &Graph) -> Result<()> {
         let n = &graph.dag[node];
         for &t in n.inputs.iter().flatten().chain(&n.outputs) {
             let tensor = graph.tensor(t);
-            let quantized = tensor.dtype.is_quantized_integer() || tensor.quantization.as_ref().is_some_and(|q| !q.scale.is_empty());
-            if quantized && (tensor.data.is_none() || matches!(n.op, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::FullyConnected { .. })) {
+            let quantized = tensor.dtype.is_quantized_integer()
+                || tensor
+                    .quantization
+                    .as_ref()
+                    .is_some_and(|q| !q.scale.is_empty());
+            if quantized
+                && (tensor.data.is_none()
+                    || matches!(
+                        n.op,
+                        Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::FullyConnected { .. }
+                    ))
+            {
                 bail!(
                     "quantized models are not supported yet: tensor {t} '{}' ({}) used by operator {} ({}) is quantized",
                     tensor.name,
@@ -81,12 +95,19 @@ fn activation(a: IrActivation) -> Result<Activation> {
 }
 
 fn shape4(s: &[usize], what: &str) -> Result<[usize; 4]> {
-    s.try_into().map_err(|_| anyhow!("{what} must be rank 4, is {s:?}"))
+    s.try_into()
+        .map_err(|_| anyhow!("{what} must be rank 4, is {s:?}"))
 }
 
 impl<'g> Lowering<'g> {
     fn new(graph: &'g Graph) -> Self {
-        Lowering { graph, tensors: Vec::new(), weights: Vec::new(), mapped: HashMap::new(), steps: Vec::new() }
+        Lowering {
+            graph,
+            tensors: Vec::new(),
+            weights: Vec::new(),
+            mapped: HashMap::new(),
+            steps: Vec::new(),
+        }
     }
 
     /// The artifact tensor for IR tensor `t` (constants copied as float32).
@@ -97,17 +118,32 @@ impl<'g> Lowering<'g> {
         let tensor = self.graph.tensor(t);
         let storage = match &tensor.data {
             Some(_) => {
-                let values = tensor
-                    .f32_values()
-                    .with_context(|| format!("constant tensor {t} '{}' is {}, the CPU kernels read FLOAT32", tensor.name, tensor.dtype))?;
-                Storage::Constant { offset: self.add_weights(&values) }
+                let values = tensor.f32_values().with_context(|| {
+                    format!(
+                        "constant tensor {t} '{}' is {}, the CPU kernels read FLOAT32",
+                        tensor.name, tensor.dtype
+                    )
+                })?;
+                Storage::Constant {
+                    offset: self.add_weights(&values),
+                }
             }
             None => {
-                ensure!(tensor.dtype == DType::F32, "tensor {t} '{}' is {}, the CPU runtime computes FLOAT32", tensor.name, tensor.dtype);
+                ensure!(
+                    tensor.dtype == DType::F32,
+                    "tensor {t} '{}' is {}, the CPU runtime computes FLOAT32",
+                    tensor.name,
+                    tensor.dtype
+                );
                 Storage::Arena { offset: 0 }
             }
         };
-        self.tensors.push(TensorDesc { name: tensor.name.clone(), dtype: DType::F32, shape: tensor.shape.clone(), storage });
+        self.tensors.push(TensorDesc {
+            name: tensor.name.clone(),
+            dtype: DType::F32,
+            shape: tensor.shape.clone(),
+            storage,
+        });
         self.mapped.insert(t, self.tensors.len() - 1);
         Ok(self.tensors.len() - 1)
     }
@@ -123,17 +159,29 @@ impl<'g> Lowering<'g> {
     /// A new constant tensor holding `values` with `shape`.
     fn packed(&mut self, name: String, shape: Vec<usize>, values: &[f32]) -> usize {
         let offset = self.add_weights(values);
-        self.tensors.push(TensorDesc { name, dtype: DType::F32, shape, storage: Storage::Constant { offset } });
+        self.tensors.push(TensorDesc {
+            name,
+            dtype: DType::F32,
+            shape,
+            storage: Storage::Constant { offset },
+        });
         self.tensors.len() - 1
     }
 
     fn const_ints(&self, node: NodeIndex, slot: usize, what: &str) -> Result<Vec<i64>> {
-        self.graph.input(node, slot).and_then(|t| t.int_values()).ok_or_else(|| anyhow!("{what} (input {slot}) must be a constant integer tensor"))
+        self.graph
+            .input(node, slot)
+            .and_then(|t| t.int_values())
+            .ok_or_else(|| anyhow!("{what} (input {slot}) must be a constant integer tensor"))
     }
 
     fn weights(&self, node: NodeIndex, slot: usize) -> Result<Vec<f32>> {
-        let t = self.graph.input(node, slot).context("weights are missing")?;
-        t.f32_values().with_context(|| format!("weights '{}' must be a constant FLOAT32 tensor", t.name))
+        let t = self
+            .graph
+            .input(node, slot)
+            .context("weights are missing")?;
+        t.f32_values()
+            .with_context(|| format!("weights '{}' must be a constant FLOAT32 tensor", t.name))
     }
 
     fn run(mut self, options: &CompileOptions) -> Result<Artifact> {
@@ -141,12 +189,25 @@ impl<'g> Lowering<'g> {
         for node in graph.execution_order()? {
             let n = &graph.dag[node];
             let name = format!("{} #{}", n.op.type_name(), node.index());
-            self.lower_node(node, &name).with_context(|| format!("operator {} ({})", node.index(), n.op.type_name()))?;
+            self.lower_node(node, &name)
+                .with_context(|| format!("operator {} ({})", node.index(), n.op.type_name()))?;
         }
-        let inputs = graph.inputs.iter().map(|&t| self.tensor(t)).collect::<Result<Vec<_>>>()?;
-        let outputs = graph.outputs.iter().map(|&t| self.tensor(t)).collect::<Result<Vec<_>>>()?;
+        let inputs = graph
+            .inputs
+            .iter()
+            .map(|&t| self.tensor(t))
+            .collect::<Result<Vec<_>>>()?;
+        let outputs = graph
+            .outputs
+            .iter()
+            .map(|&t| self.tensor(t))
+            .collect::<Result<Vec<_>>>()?;
         for &o in &outputs {
-            ensure!(matches!(self.tensors[o].storage, Storage::Arena { .. }), "graph output '{}' is a constant", self.tensors[o].name);
+            ensure!(
+                matches!(self.tensors[o].storage, Storage::Arena { .. }),
+                "graph output '{}' is a constant",
+                self.tensors[o].name
+            );
         }
         let arena_bytes = self.plan_memory(&inputs, &outputs);
         let artifact = Artifact {
@@ -161,7 +222,9 @@ impl<'g> Lowering<'g> {
             steps: self.steps,
             threads: options.threads.max(1),
         };
-        artifact.validate().map_err(|e| anyhow!("internal error: the compiled artifact is invalid: {e}"))?;
+        artifact
+            .validate()
+            .map_err(|e| anyhow!("internal error: the compiled artifact is invalid: {e}"))?;
         Ok(artifact)
     }
 
@@ -185,11 +248,17 @@ impl<'g> Lowering<'g> {
             touch(t, end);
         }
         let arena: Vec<usize> = (0..self.tensors.len())
-            .filter(|&t| matches!(self.tensors[t].storage, Storage::Arena { .. }) && life.contains_key(&t))
+            .filter(|&t| {
+                matches!(self.tensors[t].storage, Storage::Arena { .. }) && life.contains_key(&t)
+            })
             .collect();
         let intervals: Vec<memory::Interval> = arena
             .iter()
-            .map(|t| memory::Interval { bytes: self.tensors[*t].bytes(), first: life[t].0, last: life[t].1 })
+            .map(|t| memory::Interval {
+                bytes: self.tensors[*t].bytes(),
+                first: life[t].0,
+                last: life[t].1,
+            })
             .collect();
         let (offsets, size) = memory::plan(&intervals);
         for (t, offset) in arena.into_iter().zip(offsets) {
@@ -198,16 +267,40 @@ impl<'g> Lowering<'g> {
         size
     }
 
-    fn push(&mut self, name: &str, kernel: Kernel, inputs: Vec<Option<usize>>, outputs: Vec<usize>) {
-        self.steps.push(Step { name: name.to_string(), kernel, inputs, outputs, placement: Placement::Cpu });
+    fn push(
+        &mut self,
+        name: &str,
+        kernel: Kernel,
+        inputs: Vec<Option<usize>>,
+        outputs: Vec<usize>,
+    ) {
+        self.steps.push(Step {
+            name: name.to_string(),
+            kernel,
+            inputs,
+            outputs,
+            placement: Placement::Cpu,
+        });
     }
 
     fn lower_node(&mut self, node: NodeIndex, name: &str) -> Result<()> {
         let graph = self.graph;
         let n = &graph.dag[node];
-        let shape = |slot: usize| graph.input(node, slot).map(|t| t.shape.clone()).unwrap_or_default();
+        let shape = |slot: usize| {
+            graph
+                .input(node, slot)
+                .map(|t| t.shape.clone())
+                .unwrap_or_default()
+        };
         let out_shape = graph.tensor(n.outputs[0]).shape.clone();
-        let x = |s: &mut Self, slot: usize| -> Result<Option<usize>> { n.inputs.get(slot).copied().flatten().map(|t| s.tensor(t)).transpose() };
+        let x = |s: &mut Self, slot: usize| -> Result<Option<usize>> {
+            n.inputs
+                .get(slot)
+                .copied()
+                .flatten()
+                .map(|t| s.tensor(t))
+                .transpose()
+        };
         let out = self.tensor(n.outputs[0])?;
         let simple = |s: &mut Self, kernel: Kernel| -> Result<()> {
             let input = x(s, 0)?;
@@ -230,7 +323,11 @@ impl<'g> Lowering<'g> {
                     activation: activation(c.activation)?,
                 };
                 let packed = pack_conv_weights(&self.weights(node, 1)?, &p);
-                let w = self.packed(format!("{name} packed weights"), vec![p.packed_len()], &packed);
+                let w = self.packed(
+                    format!("{name} packed weights"),
+                    vec![p.packed_len()],
+                    &packed,
+                );
                 let (i, b) = (x(self, 0)?, x(self, 2)?);
                 self.push(name, Kernel::Conv2d(p), vec![i, Some(w), b], vec![out]);
             }
@@ -253,28 +350,58 @@ impl<'g> Lowering<'g> {
             }
             Op::FullyConnected { activation: a, .. } => {
                 let w = shape(1);
-                let p = FullyConnectedParams { rows: shape(0).iter().product::<usize>() / w[1].max(1), depth: w[1], units: w[0], activation: activation(*a)? };
+                let p = FullyConnectedParams {
+                    rows: shape(0).iter().product::<usize>() / w[1].max(1),
+                    depth: w[1],
+                    units: w[0],
+                    activation: activation(*a)?,
+                };
                 self.weights(node, 1)?;
                 let (i, w, b) = (x(self, 0)?, x(self, 1)?, x(self, 2)?);
                 self.push(name, Kernel::FullyConnected(p), vec![i, w, b], vec![out]);
             }
             Op::TransposeConv(c) | Op::TransposeConvBias(c) => {
-                let (in_slot, bias_slot) = if matches!(n.op, Op::TransposeConv(_)) { (2, 3) } else { (0, 2) };
+                let (in_slot, bias_slot) = if matches!(n.op, Op::TransposeConv(_)) {
+                    (2, 3)
+                } else {
+                    (0, 2)
+                };
                 let input = shape4(&shape(in_slot), "input")?;
                 let filter = shape4(&shape(1), "filter")?;
                 let output = shape4(&out_shape, "output")?;
-                let p = TransposeConvParams { input, output, kernel: [filter[1], filter[2]], stride: c.stride, pad: transpose_pad(c, output, filter), activation: activation(c.activation)? };
+                let p = TransposeConvParams {
+                    input,
+                    output,
+                    kernel: [filter[1], filter[2]],
+                    stride: c.stride,
+                    pad: transpose_pad(c, output, filter),
+                    activation: activation(c.activation)?,
+                };
                 let packed = pack_transpose_conv_weights(&self.weights(node, 1)?, &p);
                 let w = self.packed(format!("{name} packed weights"), filter.to_vec(), &packed);
                 let (i, b) = (x(self, in_slot)?, x(self, bias_slot)?);
-                self.push(name, Kernel::TransposeConv(p), vec![i, Some(w), b], vec![out]);
+                self.push(
+                    name,
+                    Kernel::TransposeConv(p),
+                    vec![i, Some(w), b],
+                    vec![out],
+                );
             }
             Op::BatchMatMul { adj_x, adj_y } => {
-                let p = BatchMatMulParams { lhs: shape(0), rhs: shape(1), out: out_shape, adj_lhs: *adj_x, adj_rhs: *adj_y };
+                let p = BatchMatMulParams {
+                    lhs: shape(0),
+                    rhs: shape(1),
+                    out: out_shape,
+                    adj_lhs: *adj_x,
+                    adj_rhs: *adj_y,
+                };
                 let (a, b) = (x(self, 0)?, x(self, 1)?);
                 self.push(name, Kernel::BatchMatMul(p), vec![a, b], vec![out]);
             }
-            Op::Binary { kind, activation: a } => {
+            Op::Binary {
+                kind,
+                activation: a,
+            } => {
                 let kind = match kind {
                     IrBinary::Add => BinaryKind::Add,
                     IrBinary::Sub => BinaryKind::Sub,
@@ -282,7 +409,15 @@ impl<'g> Lowering<'g> {
                     IrBinary::Div => BinaryKind::Div,
                 };
                 let (l, r) = (x(self, 0)?, x(self, 1)?);
-                self.push(name, Kernel::Binary { kind, activation: activation(*a)? }, vec![l, r], vec![out]);
+                self.push(
+                    name,
+                    Kernel::Binary {
+                        kind,
+                        activation: activation(*a)?,
+                    },
+                    vec![l, r],
+                    vec![out],
+                );
             }
             Op::Unary(kind) => {
                 let kind = match *kind {
@@ -304,15 +439,34 @@ impl<'g> Lowering<'g> {
             Op::AveragePool2d(p) | Op::MaxPool2d(p) => {
                 let input = shape4(&shape(0), "input")?;
                 let pad = match p.padding {
-                    Padding::Same => [same_padding(input[1], p.filter[0], p.stride[0], 1).0, same_padding(input[2], p.filter[1], p.stride[1], 1).0],
+                    Padding::Same => [
+                        same_padding(input[1], p.filter[0], p.stride[0], 1).0,
+                        same_padding(input[2], p.filter[1], p.stride[1], 1).0,
+                    ],
                     Padding::Valid => [0, 0],
                 };
-                let params = PoolParams { filter: p.filter, stride: p.stride, pad, activation: activation(p.activation)? };
-                simple(self, if matches!(n.op, Op::MaxPool2d(_)) { Kernel::MaxPool2d(params) } else { Kernel::AvgPool2d(params) })?;
+                let params = PoolParams {
+                    filter: p.filter,
+                    stride: p.stride,
+                    pad,
+                    activation: activation(p.activation)?,
+                };
+                simple(
+                    self,
+                    if matches!(n.op, Op::MaxPool2d(_)) {
+                        Kernel::MaxPool2d(params)
+                    } else {
+                        Kernel::AvgPool2d(params)
+                    },
+                )?;
             }
             Op::Mean { .. } => {
                 let rank = shape(0).len();
-                let mut axes = self.const_ints(node, 1, "axes")?.into_iter().map(|a| normalize_axis(a, rank)).collect::<Result<Vec<_>>>()?;
+                let mut axes = self
+                    .const_ints(node, 1, "axes")?
+                    .into_iter()
+                    .map(|a| normalize_axis(a, rank))
+                    .collect::<Result<Vec<_>>>()?;
                 axes.sort_unstable();
                 axes.dedup();
                 simple(self, Kernel::Mean { axes })?;
@@ -320,23 +474,51 @@ impl<'g> Lowering<'g> {
             Op::Pad | Op::PadV2 => {
                 let pads = self.const_ints(node, 1, "paddings")?;
                 let value = match n.inputs.get(2).copied().flatten() {
-                    Some(t) => graph.tensor(t).f32_values().and_then(|v| v.first().copied()).context("the PADV2 value must be a constant FLOAT32 scalar")?,
+                    Some(t) => graph
+                        .tensor(t)
+                        .f32_values()
+                        .and_then(|v| v.first().copied())
+                        .context("the PADV2 value must be a constant FLOAT32 scalar")?,
                     None => 0.0,
                 };
                 let before = pads.iter().step_by(2).map(|&p| p as usize).collect();
-                let after = pads.iter().skip(1).step_by(2).map(|&p| p as usize).collect();
-                simple(self, Kernel::Pad { before, after, value })?;
+                let after = pads
+                    .iter()
+                    .skip(1)
+                    .step_by(2)
+                    .map(|&p| p as usize)
+                    .collect();
+                simple(
+                    self,
+                    Kernel::Pad {
+                        before,
+                        after,
+                        value,
+                    },
+                )?;
             }
-            Op::Concatenation { axis, activation: a } => {
-                ensure!(*a == IrActivation::None, "a fused activation on CONCATENATION is not supported");
+            Op::Concatenation {
+                axis,
+                activation: a,
+            } => {
+                ensure!(
+                    *a == IrActivation::None,
+                    "a fused activation on CONCATENATION is not supported"
+                );
                 let axis = normalize_axis(*axis as i64, out_shape.len())?;
-                let inputs = (0..n.inputs.len()).map(|i| x(self, i)).collect::<Result<Vec<_>>>()?;
+                let inputs = (0..n.inputs.len())
+                    .map(|i| x(self, i))
+                    .collect::<Result<Vec<_>>>()?;
                 self.push(name, Kernel::Concat { axis }, inputs, vec![out]);
             }
             Op::Reshape { .. } | Op::Squeeze { .. } => simple(self, Kernel::Copy)?,
             Op::Transpose => {
                 let rank = shape(0).len();
-                let perm = self.const_ints(node, 1, "perm")?.into_iter().map(|p| normalize_axis(p, rank)).collect::<Result<Vec<_>>>()?;
+                let perm = self
+                    .const_ints(node, 1, "perm")?
+                    .into_iter()
+                    .map(|p| normalize_axis(p, rank))
+                    .collect::<Result<Vec<_>>>()?;
                 simple(self, Kernel::Transpose { perm })?;
             }
             Op::StridedSlice(attrs) => {
@@ -347,16 +529,40 @@ impl<'g> Lowering<'g> {
                     None => vec![1; begin.len()],
                 };
                 let dims = resolve_strided_slice(&shape(0), &begin, &end, &strides, attrs)?;
-                simple(self, Kernel::StridedSlice { begin: dims.iter().map(|d| d.begin).collect(), stride: dims.iter().map(|d| d.stride).collect(), count: dims.iter().map(|d| d.count).collect() })?;
+                simple(
+                    self,
+                    Kernel::StridedSlice {
+                        begin: dims.iter().map(|d| d.begin).collect(),
+                        stride: dims.iter().map(|d| d.stride).collect(),
+                        count: dims.iter().map(|d| d.count).collect(),
+                    },
+                )?;
             }
             Op::Slice => {
-                let begin: Vec<usize> = self.const_ints(node, 1, "begin")?.into_iter().map(|b| b.max(0) as usize).collect();
+                let begin: Vec<usize> = self
+                    .const_ints(node, 1, "begin")?
+                    .into_iter()
+                    .map(|b| b.max(0) as usize)
+                    .collect();
                 let count = out_shape.clone();
-                simple(self, Kernel::StridedSlice { stride: vec![1; begin.len()], begin, count })?;
+                simple(
+                    self,
+                    Kernel::StridedSlice {
+                        stride: vec![1; begin.len()],
+                        begin,
+                        count,
+                    },
+                )?;
             }
             Op::Split { num_splits } => {
                 let input_shape = shape(1);
-                let axis = normalize_axis(*self.const_ints(node, 0, "axis")?.first().context("empty axis")?, input_shape.len())?;
+                let axis = normalize_axis(
+                    *self
+                        .const_ints(node, 0, "axis")?
+                        .first()
+                        .context("empty axis")?,
+                    input_shape.len(),
+                )?;
                 let part = input_shape[axis] / num_splits;
                 let input = x(self, 1)?;
                 for (k, &o) in n.outputs.iter().enumerate() {
@@ -365,20 +571,55 @@ impl<'g> Lowering<'g> {
                     begin[axis] = k * part;
                     let mut count = input_shape.clone();
                     count[axis] = part;
-                    self.push(name, Kernel::StridedSlice { begin, stride: vec![1; input_shape.len()], count }, vec![input], vec![o]);
+                    self.push(
+                        name,
+                        Kernel::StridedSlice {
+                            begin,
+                            stride: vec![1; input_shape.len()],
+                            count,
+                        },
+                        vec![input],
+                        vec![o],
+                    );
                 }
             }
-            Op::DepthToSpace { block_size } => simple(self, Kernel::DepthToSpace { block: *block_size })?,
-            Op::SpaceToDepth { block_size } => simple(self, Kernel::SpaceToDepth { block: *block_size })?,
-            Op::ResizeBilinear { align_corners, half_pixel_centers } => {
-                simple(self, Kernel::ResizeBilinear { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers })?
+            Op::DepthToSpace { block_size } => {
+                simple(self, Kernel::DepthToSpace { block: *block_size })?
             }
-            Op::ResizeNearestNeighbor { align_corners, half_pixel_centers } => {
-                simple(self, Kernel::ResizeNearest { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers })?
+            Op::SpaceToDepth { block_size } => {
+                simple(self, Kernel::SpaceToDepth { block: *block_size })?
             }
-            Op::Dequantize | Op::Densify => bail!("{} of a tensor computed at run time is not supported (only of constants)", n.op.type_name()),
-            Op::Shape { .. } | Op::Pack { .. } => bail!("{} on values only known at run time is not supported", n.op.type_name()),
-            Op::Custom { name: custom, .. } => bail!("custom operator '{custom}' has no CPU kernel in tandem"),
+            Op::ResizeBilinear {
+                align_corners,
+                half_pixel_centers,
+            } => simple(
+                self,
+                Kernel::ResizeBilinear {
+                    align_corners: *align_corners,
+                    half_pixel_centers: *half_pixel_centers,
+                },
+            )?,
+            Op::ResizeNearestNeighbor {
+                align_corners,
+                half_pixel_centers,
+            } => simple(
+                self,
+                Kernel::ResizeNearest {
+                    align_corners: *align_corners,
+                    half_pixel_centers: *half_pixel_centers,
+                },
+            )?,
+            Op::Dequantize | Op::Densify => bail!(
+                "{} of a tensor computed at run time is not supported (only of constants)",
+                n.op.type_name()
+            ),
+            Op::Shape { .. } | Op::Pack { .. } => bail!(
+                "{} on values only known at run time is not supported",
+                n.op.type_name()
+            ),
+            Op::Custom { name: custom, .. } => {
+                bail!("custom operator '{custom}' has no CPU kernel in tandem")
+            }
             Op::OtherBuiltin { .. } => bail!("{} has no CPU kernel in tandem", n.op.type_name()),
         }
         Ok(())
@@ -386,9 +627,18 @@ impl<'g> Lowering<'g> {
 }
 
 /// (top, left) padding of a convolution.
-fn conv_pad(padding: Padding, input: [usize; 4], filter: [usize; 4], stride: [usize; 2], dilation: [usize; 2]) -> [usize; 2] {
+fn conv_pad(
+    padding: Padding,
+    input: [usize; 4],
+    filter: [usize; 4],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+) -> [usize; 2] {
     match padding {
-        Padding::Same => [same_padding(input[1], filter[1], stride[0], dilation[0]).0, same_padding(input[2], filter[2], stride[1], dilation[1]).0],
+        Padding::Same => [
+            same_padding(input[1], filter[1], stride[0], dilation[0]).0,
+            same_padding(input[2], filter[2], stride[1], dilation[1]).0,
+        ],
         Padding::Valid => [0, 0],
     }
 }
@@ -397,7 +647,10 @@ fn conv_pad(padding: Padding, input: [usize; 4], filter: [usize; 4], stride: [us
 /// forward convolution from the output size.
 fn transpose_pad(c: &TransposeConv, output: [usize; 4], filter: [usize; 4]) -> [usize; 2] {
     match c.padding {
-        Padding::Same => [same_padding(output[1], filter[1], c.stride[0], 1).0, same_padding(output[2], filter[2], c.stride[1], 1).0],
+        Padding::Same => [
+            same_padding(output[1], filter[1], c.stride[0], 1).0,
+            same_padding(output[2], filter[2], c.stride[1], 1).0,
+        ],
         Padding::Valid => [0, 0],
     }
 }

@@ -35,14 +35,24 @@ pub fn fuse_activations(graph: &mut Graph) -> Result<()> {
         let Some(activation) = graph.dag.node_weight(node).and_then(|n| as_fused(&n.op)) else {
             continue;
         };
-        let (Some(Some(mid)), Some(&out)) = (graph.dag[node].inputs.first().copied(), graph.dag[node].outputs.first()) else {
+        let (Some(Some(mid)), Some(&out)) = (
+            graph.dag[node].inputs.first().copied(),
+            graph.dag[node].outputs.first(),
+        ) else {
             continue;
         };
-        let Some(producer) = graph.producer(mid) else { continue };
-        if graph.outputs.contains(&mid) || graph.consumers(mid).len() != 1 || graph.dag[producer].outputs.len() != 1 {
+        let Some(producer) = graph.producer(mid) else {
+            continue;
+        };
+        if graph.outputs.contains(&mid)
+            || graph.consumers(mid).len() != 1
+            || graph.dag[producer].outputs.len() != 1
+        {
             continue;
         }
-        let Some(slot) = free_activation(&mut graph.dag[producer].op) else { continue };
+        let Some(slot) = free_activation(&mut graph.dag[producer].op) else {
+            continue;
+        };
         *slot = activation;
         graph.dag[producer].outputs[0] = out;
         graph.remove_node(node);

@@ -21,8 +21,16 @@ impl BatchMatMulParams {
         if a.len() < 2 || b.len() < 2 || o.len() < 2 {
             return Err("operands need rank ≥ 2".into());
         }
-        let k1 = if self.adj_lhs { a[a.len() - 2] } else { a[a.len() - 1] };
-        let k2 = if self.adj_rhs { b[b.len() - 1] } else { b[b.len() - 2] };
+        let k1 = if self.adj_lhs {
+            a[a.len() - 2]
+        } else {
+            a[a.len() - 1]
+        };
+        let k2 = if self.adj_rhs {
+            b[b.len() - 1]
+        } else {
+            b[b.len() - 2]
+        };
         if k1 != k2 {
             return Err(format!("inner dimensions {k1} and {k2} differ"));
         }
@@ -65,8 +73,28 @@ pub fn batch_matmul(lhs: &[f32], rhs: &[f32], out: &mut [f32], p: &BatchMatMulPa
     for i in 0..batches {
         let la = &lhs[batch_offset(i, out_batch, a)..];
         let lb = &rhs[batch_offset(i, out_batch, b)..];
-        let lv = if p.adj_lhs { MatRef { data: la, rows: m, cols: k, row_stride: 1, col_stride: ac } } else { MatRef::rows(la, m, k, ac) };
-        let rv = if p.adj_rhs { MatRef { data: lb, rows: k, cols: n, row_stride: 1, col_stride: bc } } else { MatRef::rows(lb, k, n, bc) };
+        let lv = if p.adj_lhs {
+            MatRef {
+                data: la,
+                rows: m,
+                cols: k,
+                row_stride: 1,
+                col_stride: ac,
+            }
+        } else {
+            MatRef::rows(la, m, k, ac)
+        };
+        let rv = if p.adj_rhs {
+            MatRef {
+                data: lb,
+                rows: k,
+                cols: n,
+                row_stride: 1,
+                col_stride: bc,
+            }
+        } else {
+            MatRef::rows(lb, k, n, bc)
+        };
         matmul(&mut out[i * m * n..(i + 1) * m * n], n, lv, rv, false);
     }
 }
@@ -82,11 +110,30 @@ mod tests {
         for case in 0..40 {
             let (m, k, n) = (1 + rng.below(6), 1 + rng.below(6), 1 + rng.below(6));
             let (adj_lhs, adj_rhs) = (case % 2 == 1, case % 4 >= 2);
-            let (ba, bb) = ([[2, 3], [1, 3], [2, 1]][rng.below(3)], [[2, 3], [1, 3], [1, 1]][rng.below(3)]);
+            let (ba, bb) = (
+                [[2, 3], [1, 3], [2, 1]][rng.below(3)],
+                [[2, 3], [1, 3], [1, 1]][rng.below(3)],
+            );
             let ob = [ba[0].max(bb[0]), ba[1].max(bb[1])];
-            let lhs_shape = vec![ba[0], ba[1], if adj_lhs { k } else { m }, if adj_lhs { m } else { k }];
-            let rhs_shape = vec![bb[0], bb[1], if adj_rhs { n } else { k }, if adj_rhs { k } else { n }];
-            let p = BatchMatMulParams { lhs: lhs_shape.clone(), rhs: rhs_shape.clone(), out: vec![ob[0], ob[1], m, n], adj_lhs, adj_rhs };
+            let lhs_shape = vec![
+                ba[0],
+                ba[1],
+                if adj_lhs { k } else { m },
+                if adj_lhs { m } else { k },
+            ];
+            let rhs_shape = vec![
+                bb[0],
+                bb[1],
+                if adj_rhs { n } else { k },
+                if adj_rhs { k } else { n },
+            ];
+            let p = BatchMatMulParams {
+                lhs: lhs_shape.clone(),
+                rhs: rhs_shape.clone(),
+                out: vec![ob[0], ob[1], m, n],
+                adj_lhs,
+                adj_rhs,
+            };
             p.validate().expect("valid");
             let lhs = rng.values(lhs_shape.iter().product());
             let rhs = rng.values(rhs_shape.iter().product());
@@ -100,13 +147,24 @@ mod tests {
                         for j in 0..n {
                             let want: f32 = (0..k)
                                 .map(|t| {
-                                    let x = if adj_lhs { lhs[la + t * m + i] } else { lhs[la + i * k + t] };
-                                    let y = if adj_rhs { rhs[lb + j * k + t] } else { rhs[lb + t * n + j] };
+                                    let x = if adj_lhs {
+                                        lhs[la + t * m + i]
+                                    } else {
+                                        lhs[la + i * k + t]
+                                    };
+                                    let y = if adj_rhs {
+                                        rhs[lb + j * k + t]
+                                    } else {
+                                        rhs[lb + t * n + j]
+                                    };
                                     x * y
                                 })
                                 .sum();
                             let a = got[((b0 * ob[1] + b1) * m + i) * n + j];
-                            assert!((a - want).abs() <= 1e-5 * want.abs().max(1.0), "case {case}: {a} vs {want}");
+                            assert!(
+                                (a - want).abs() <= 1e-5 * want.abs().max(1.0),
+                                "case {case}: {a} vs {want}"
+                            );
                         }
                     }
                 }

@@ -10,12 +10,24 @@ fn elements(shape: &[usize]) -> usize {
 /// Whether `shape` broadcasts (numpy-style) to `target`.
 pub fn broadcasts_to(shape: &[usize], target: &[usize]) -> bool {
     shape.len() <= target.len()
-        && shape.iter().rev().zip(target.iter().rev()).all(|(&s, &t)| s == t || s == 1)
+        && shape
+            .iter()
+            .rev()
+            .zip(target.iter().rev())
+            .all(|(&s, &t)| s == t || s == 1)
 }
 
 fn arity(inputs: &[Option<&TensorDesc>], required: usize, optional: usize) -> Result<(), String> {
     if inputs.len() < required || inputs.len() > required + optional {
-        return Err(format!("takes {required}{} operands, got {}", if optional > 0 { format!("–{}", required + optional) } else { String::new() }, inputs.len()));
+        return Err(format!(
+            "takes {required}{} operands, got {}",
+            if optional > 0 {
+                format!("–{}", required + optional)
+            } else {
+                String::new()
+            },
+            inputs.len()
+        ));
     }
     if let Some(missing) = inputs[..required].iter().position(Option::is_none) {
         return Err(format!("operand {missing} is missing"));
@@ -32,7 +44,11 @@ fn want(what: &str, got: usize, expected: usize) -> Result<(), String> {
 }
 
 /// Checks operand counts, element counts and shapes of one step against its kernel.
-pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[&TensorDesc]) -> Result<(), String> {
+pub fn check_kernel(
+    kernel: &Kernel,
+    inputs: &[Option<&TensorDesc>],
+    outputs: &[&TensorDesc],
+) -> Result<(), String> {
     let input = |i: usize| inputs.get(i).copied().flatten();
     let shape = |i: usize| input(i).map(|t| t.shape.as_slice()).unwrap_or(&[]);
     let size = |i: usize| input(i).map_or(0, |t| t.elements());
@@ -77,7 +93,11 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
             arity(inputs, 2, 1)?;
             p.validate()?;
             want("input", size(0), elements(&p.input))?;
-            want("packed weights", size(1), p.output[3] * p.kernel[0] * p.kernel[1] * p.input[3])?;
+            want(
+                "packed weights",
+                size(1),
+                p.output[3] * p.kernel[0] * p.kernel[1] * p.input[3],
+            )?;
             bias(p.output[3])?;
             want("output", out.elements(), elements(&p.output))
         }
@@ -89,10 +109,20 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
             let (a, b, o) = (&p.lhs, &p.rhs, &p.out);
             let batch = |s: &[usize]| s[..s.len() - 2].to_vec();
             if !broadcasts_to(&batch(a), &batch(o)) || !broadcasts_to(&batch(b), &batch(o)) {
-                return Err(format!("batch dims of {a:?} and {b:?} do not broadcast to {o:?}"));
+                return Err(format!(
+                    "batch dims of {a:?} and {b:?} do not broadcast to {o:?}"
+                ));
             }
-            let m = if p.adj_lhs { a[a.len() - 1] } else { a[a.len() - 2] };
-            let n = if p.adj_rhs { b[b.len() - 2] } else { b[b.len() - 1] };
+            let m = if p.adj_lhs {
+                a[a.len() - 1]
+            } else {
+                a[a.len() - 2]
+            };
+            let n = if p.adj_rhs {
+                b[b.len() - 2]
+            } else {
+                b[b.len() - 1]
+            };
             if o[o.len() - 2] != m || o[o.len() - 1] != n {
                 return Err(format!("output {o:?} is not {m}×{n} matrices"));
             }
@@ -102,7 +132,11 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
             arity(inputs, 2, 0)?;
             for i in 0..2 {
                 if !broadcasts_to(shape(i), &out.shape) {
-                    return Err(format!("operand {i} {:?} does not broadcast to the output {:?}", shape(i), out.shape));
+                    return Err(format!(
+                        "operand {i} {:?} does not broadcast to the output {:?}",
+                        shape(i),
+                        out.shape
+                    ));
                 }
             }
             Ok(())
@@ -121,7 +155,11 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
         Kernel::Prelu => {
             arity(inputs, 2, 0)?;
             if !broadcasts_to(shape(1), shape(0)) {
-                return Err(format!("alpha {:?} does not broadcast to the input {:?}", shape(1), shape(0)));
+                return Err(format!(
+                    "alpha {:?} does not broadcast to the input {:?}",
+                    shape(1),
+                    shape(0)
+                ));
             }
             want("output", out.elements(), size(0))
         }
@@ -129,7 +167,9 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
             arity(inputs, 1, 0)?;
             let (i, o) = (shape(0), out.shape.as_slice());
             if i.len() != 4 || o.len() != 4 || i[0] != o[0] || i[3] != o[3] {
-                return Err(format!("pooling {i:?} → {o:?} is not NHWC with equal N and C"));
+                return Err(format!(
+                    "pooling {i:?} → {o:?} is not NHWC with equal N and C"
+                ));
             }
             if p.filter.contains(&0) || p.stride.contains(&0) {
                 return Err("zero filter or stride".into());
@@ -142,18 +182,35 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
             if axes.iter().any(|&a| a >= s.len()) {
                 return Err(format!("axes {axes:?} out of range for {s:?}"));
             }
-            let kept: usize = s.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &v)| v).product();
+            let kept: usize = s
+                .iter()
+                .enumerate()
+                .filter(|(d, _)| !axes.contains(d))
+                .map(|(_, &v)| v)
+                .product();
             want("output", out.elements(), kept)
         }
         Kernel::Pad { before, after, .. } => {
             arity(inputs, 1, 0)?;
             let s = shape(0);
             if before.len() != s.len() || after.len() != s.len() {
-                return Err(format!("padding for rank {} given for {:?}", before.len(), s));
+                return Err(format!(
+                    "padding for rank {} given for {:?}",
+                    before.len(),
+                    s
+                ));
             }
-            let padded: Vec<usize> = s.iter().zip(before).zip(after).map(|((d, b), a)| d + b + a).collect();
+            let padded: Vec<usize> = s
+                .iter()
+                .zip(before)
+                .zip(after)
+                .map(|((d, b), a)| d + b + a)
+                .collect();
             if padded != out.shape {
-                return Err(format!("padded shape {padded:?} differs from the output {:?}", out.shape));
+                return Err(format!(
+                    "padded shape {padded:?} differs from the output {:?}",
+                    out.shape
+                ));
             }
             Ok(())
         }
@@ -168,8 +225,15 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
             let mut total = 0;
             for i in 0..inputs.len() {
                 let s = shape(i);
-                if s.len() != o.len() || s.iter().zip(o).enumerate().any(|(d, (a, b))| d != *axis && a != b) {
-                    return Err(format!("operand {i} {s:?} does not fit the output {o:?} outside axis {axis}"));
+                if s.len() != o.len()
+                    || s.iter()
+                        .zip(o)
+                        .enumerate()
+                        .any(|(d, (a, b))| d != *axis && a != b)
+                {
+                    return Err(format!(
+                        "operand {i} {s:?} does not fit the output {o:?} outside axis {axis}"
+                    ));
                 }
                 total += s[*axis];
             }
@@ -179,13 +243,21 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
             arity(inputs, 1, 0)?;
             let s = shape(0);
             let mut seen = vec![false; s.len()];
-            if perm.len() != s.len() || perm.iter().any(|&p| p >= s.len() || std::mem::replace(&mut seen[p], true)) {
+            if perm.len() != s.len()
+                || perm
+                    .iter()
+                    .any(|&p| p >= s.len() || std::mem::replace(&mut seen[p], true))
+            {
                 return Err(format!("{perm:?} is not a permutation of {} axes", s.len()));
             }
             let permuted: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
             want("output", out.elements(), elements(&permuted))
         }
-        Kernel::StridedSlice { begin, stride, count } => {
+        Kernel::StridedSlice {
+            begin,
+            stride,
+            count,
+        } => {
             arity(inputs, 1, 0)?;
             let s = shape(0);
             if begin.len() != s.len() || stride.len() != s.len() || count.len() != s.len() {
@@ -197,7 +269,10 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
                 }
                 let last = begin[d] as isize + (count[d] as isize - 1) * stride[d];
                 if begin[d] >= s[d] || last < 0 || last as usize >= s[d] {
-                    return Err(format!("dimension {d}: indices {}..{last} leave 0..{}", begin[d], s[d]));
+                    return Err(format!(
+                        "dimension {d}: indices {}..{last} leave 0..{}",
+                        begin[d], s[d]
+                    ));
                 }
             }
             want("output", out.elements(), elements(count))
@@ -206,10 +281,15 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
             arity(inputs, 1, 0)?;
             let (i, o) = (shape(0), out.shape.as_slice());
             let b = *block;
-            let ok = i.len() == 4 && o.len() == 4 && b > 0 && match kernel {
-                Kernel::DepthToSpace { .. } => o == [i[0], i[1] * b, i[2] * b, i[3] / (b * b)] && i[3] % (b * b) == 0,
-                _ => i == [o[0], o[1] * b, o[2] * b, o[3] / (b * b)] && o[3] % (b * b) == 0,
-            };
+            let ok = i.len() == 4
+                && o.len() == 4
+                && b > 0
+                && match kernel {
+                    Kernel::DepthToSpace { .. } => {
+                        o == [i[0], i[1] * b, i[2] * b, i[3] / (b * b)] && i[3] % (b * b) == 0
+                    }
+                    _ => i == [o[0], o[1] * b, o[2] * b, o[3] / (b * b)] && o[3] % (b * b) == 0,
+                };
             if ok {
                 Ok(())
             } else {
@@ -219,8 +299,15 @@ pub fn check_kernel(kernel: &Kernel, inputs: &[Option<&TensorDesc>], outputs: &[
         Kernel::ResizeBilinear { .. } | Kernel::ResizeNearest { .. } => {
             arity(inputs, 1, 0)?;
             let (i, o) = (shape(0), out.shape.as_slice());
-            if i.len() != 4 || o.len() != 4 || i[0] != o[0] || i[3] != o[3] || (elements(o) > 0 && (i[1] == 0 || i[2] == 0)) {
-                return Err(format!("resize {i:?} → {o:?} is not NHWC with equal N and C"));
+            if i.len() != 4
+                || o.len() != 4
+                || i[0] != o[0]
+                || i[3] != o[3]
+                || (elements(o) > 0 && (i[1] == 0 || i[2] == 0))
+            {
+                return Err(format!(
+                    "resize {i:?} → {o:?} is not NHWC with equal N and C"
+                ));
             }
             Ok(())
         }

@@ -36,7 +36,12 @@ pub fn fully_connected(
     c1: usize,
     pool: &ThreadPool,
 ) {
-    let FullyConnectedParams { rows, depth, units, activation } = *p;
+    let FullyConnectedParams {
+        rows,
+        depth,
+        units,
+        activation,
+    } = *p;
     debug_assert_eq!(input.len(), rows * depth);
     debug_assert_eq!(weights.len(), units * depth);
     if c0 >= c1 || rows == 0 {
@@ -71,7 +76,13 @@ pub fn fully_connected(
                 fill_bias(&mut dst[r * units + c0..r * units + c1], c0, c1);
             }
             let lhs = MatRef::rows(&input[r0 * depth..], n, depth, depth);
-            let rhs = MatRef { data: &weights[c0 * depth..], rows: depth, cols: c1 - c0, row_stride: 1, col_stride: depth };
+            let rhs = MatRef {
+                data: &weights[c0 * depth..],
+                rows: depth,
+                cols: c1 - c0,
+                row_stride: 1,
+                col_stride: depth,
+            };
             matmul(&mut dst[c0..], units, lhs, rhs, true);
             for r in 0..n {
                 activation.apply_slice(&mut dst[r * units + c0..r * units + c1]);
@@ -116,13 +127,28 @@ mod tests {
             let split = rng.below(p.units + 1);
             let mut got = vec![f32::NAN; p.rows * p.units];
             fully_connected(&input, &weights, Some(&bias), &mut got, &p, 0, split, &pool);
-            fully_connected(&input, &weights, Some(&bias), &mut got, &p, split, p.units, &pool);
+            fully_connected(
+                &input,
+                &weights,
+                Some(&bias),
+                &mut got,
+                &p,
+                split,
+                p.units,
+                &pool,
+            );
             for r in 0..p.rows {
                 for u in 0..p.units {
-                    let want: f32 = bias[u] + (0..p.depth).map(|k| input[r * p.depth + k] * weights[u * p.depth + k]).sum::<f32>();
+                    let want: f32 = bias[u]
+                        + (0..p.depth)
+                            .map(|k| input[r * p.depth + k] * weights[u * p.depth + k])
+                            .sum::<f32>();
                     let want = p.activation.apply(want);
                     let a = got[r * p.units + u];
-                    assert!((a - want).abs() <= 1e-4 * want.abs().max(1.0), "case {case} {p:?}: {a} vs {want}");
+                    assert!(
+                        (a - want).abs() <= 1e-4 * want.abs().max(1.0),
+                        "case {case} {p:?}: {a} vs {want}"
+                    );
                 }
             }
         }

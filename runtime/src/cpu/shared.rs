@@ -15,7 +15,11 @@ unsafe impl Sync for SharedOut<'_> {}
 
 impl<'a> SharedOut<'a> {
     pub fn new(out: &'a mut [f32]) -> Self {
-        SharedOut { ptr: out.as_mut_ptr(), len: out.len(), _slice: PhantomData }
+        SharedOut {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+            _slice: PhantomData,
+        }
     }
 
     /// The elements `start..start + len`.
@@ -24,7 +28,10 @@ impl<'a> SharedOut<'a> {
     /// No two live references returned by this function may overlap.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn range(&self, start: usize, len: usize) -> &mut [f32] {
-        assert!(start.checked_add(len).is_some_and(|end| end <= self.len), "output range out of bounds");
+        assert!(
+            start.checked_add(len).is_some_and(|end| end <= self.len),
+            "output range out of bounds"
+        );
         std::slice::from_raw_parts_mut(self.ptr.add(start), len)
     }
 }

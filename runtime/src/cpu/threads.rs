@@ -82,7 +82,11 @@ impl ThreadPool {
                     .expect("spawning a CPU worker thread")
             })
             .collect();
-        ThreadPool { threads, shared, workers }
+        ThreadPool {
+            threads,
+            shared,
+            workers,
+        }
     }
 
     /// Number of threads, the caller included.
@@ -117,7 +121,11 @@ impl ThreadPool {
         job.work();
         let mut state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         while job.remaining.load(Ordering::Acquire) != 0 {
-            state = self.shared.done.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = self
+                .shared
+                .done
+                .wait(state)
+                .unwrap_or_else(|e| e.into_inner());
         }
         state.job = None;
     }
@@ -151,7 +159,11 @@ fn worker_loop(shared: &Shared) {
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).shutdown = true;
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .shutdown = true;
         self.shared.wake.notify_all();
         for w in self.workers.drain(..) {
             let _ = w.join();

@@ -67,7 +67,13 @@ pub fn transpose_conv2d(
     let mut contrib = vec![0.0; h * w * cols];
     for b in 0..n {
         let image = &input[b * h * w * cin..(b + 1) * h * w * cin];
-        matmul(&mut contrib, cols, MatRef::rows(image, h * w, cin, cin), MatRef::rows(weights, cin, cols, cols), false);
+        matmul(
+            &mut contrib,
+            cols,
+            MatRef::rows(image, h * w, cin, cin),
+            MatRef::rows(weights, cin, cols, cols),
+            false,
+        );
         let dst = &mut out[b * ho * wo * cout..(b + 1) * ho * wo * cout];
         for px in dst.chunks_exact_mut(cout) {
             match bias {
@@ -113,11 +119,23 @@ mod tests {
         for _ in 0..30 {
             let kernel = [1 + rng.below(4), 1 + rng.below(4)];
             let stride = [1 + rng.below(3), 1 + rng.below(3)];
-            let (h, w, cin, cout) = (1 + rng.below(5), 1 + rng.below(5), 1 + rng.below(4), 1 + rng.below(4));
+            let (h, w, cin, cout) = (
+                1 + rng.below(5),
+                1 + rng.below(5),
+                1 + rng.below(4),
+                1 + rng.below(4),
+            );
             let pad = [rng.below(kernel[0]), rng.below(kernel[1])];
             let ho = (h - 1) * stride[0] + kernel[0] - pad[0];
             let wo = (w - 1) * stride[1] + kernel[1] - pad[1];
-            let p = TransposeConvParams { input: [1, h, w, cin], output: [1, ho, wo, cout], kernel, stride, pad, activation: Activation::None };
+            let p = TransposeConvParams {
+                input: [1, h, w, cin],
+                output: [1, ho, wo, cout],
+                kernel,
+                stride,
+                pad,
+                activation: Activation::None,
+            };
             let input = rng.values(h * w * cin);
             let weights = rng.values(cout * kernel[0] * kernel[1] * cin);
             let bias = rng.values(cout);
@@ -129,14 +147,19 @@ mod tests {
                 for x in 0..w {
                     for ky in 0..kernel[0] {
                         for kx in 0..kernel[1] {
-                            let (oy, ox) = ((y * stride[0] + ky) as isize - pad[0] as isize, (x * stride[1] + kx) as isize - pad[1] as isize);
+                            let (oy, ox) = (
+                                (y * stride[0] + ky) as isize - pad[0] as isize,
+                                (x * stride[1] + kx) as isize - pad[1] as isize,
+                            );
                             if oy < 0 || ox < 0 || oy >= ho as isize || ox >= wo as isize {
                                 continue;
                             }
                             for o in 0..cout {
                                 for i in 0..cin {
-                                    want[(oy as usize * wo + ox as usize) * cout + o] +=
-                                        input[(y * w + x) * cin + i] * weights[((o * kernel[0] + ky) * kernel[1] + kx) * cin + i];
+                                    want[(oy as usize * wo + ox as usize) * cout + o] += input
+                                        [(y * w + x) * cin + i]
+                                        * weights
+                                            [((o * kernel[0] + ky) * kernel[1] + kx) * cin + i];
                                 }
                             }
                         }
@@ -144,9 +167,19 @@ mod tests {
                 }
             }
             let mut got = vec![0.0; want.len()];
-            transpose_conv2d(&input, &pack_transpose_conv_weights(&weights, &p), Some(&bias), &mut got, &p, &pool);
+            transpose_conv2d(
+                &input,
+                &pack_transpose_conv_weights(&weights, &p),
+                Some(&bias),
+                &mut got,
+                &p,
+                &pool,
+            );
             for (a, b) in got.iter().zip(&want) {
-                assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{p:?}: {a} vs {b}");
+                assert!(
+                    (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                    "{p:?}: {a} vs {b}"
+                );
             }
         }
     }

@@ -41,11 +41,11 @@ const ORDER_XYZ: Dim3 = [0, 1, 2];
 /// or S_dst≥8, else 2 when S_dst is even or ≥4, else S_dst.
 pub fn pick_slices_block(dst_slices: usize, limit: usize) -> usize {
     let s = dst_slices.max(1);
-    if limit >= 8 && (s % 8 == 0 || s >= 32) {
+    if limit >= 8 && (s.is_multiple_of(8) || s >= 32) {
         8
-    } else if s % 4 == 0 || s >= 8 {
+    } else if s.is_multiple_of(4) || s >= 8 {
         4
-    } else if s % 2 == 0 || s >= 4 {
+    } else if s.is_multiple_of(2) || s >= 4 {
         2
     } else {
         s
@@ -156,10 +156,10 @@ fn mali_params(gpu: &Gpu, precision: Precision, p: &ConvProblem) -> ConvGenericP
         }
     }
     let mut src_loop = 1;
-    if p.src_slices % 2 == 0 && r <= 2 && !generation.is_midgard() {
+    if p.src_slices.is_multiple_of(2) && r <= 2 && !generation.is_midgard() {
         src_loop = 2;
     }
-    if p.src_slices % 4 == 0
+    if p.src_slices.is_multiple_of(4)
         && r == 1
         && !generation.is_midgard()
         && precision == Precision::F16
@@ -209,17 +209,17 @@ fn powervr_params(gpu: &Gpu, precision: Precision, p: &ConvProblem) -> ConvGener
     if precision == Precision::F16 {
         block[3] = block[3].min(4);
         let s = p.src_slices;
-        if s % 2 == 0 {
+        if s.is_multiple_of(2) {
             src_loop = 2;
         }
-        if s % 4 == 0 && block[3] <= 2 {
+        if s.is_multiple_of(4) && block[3] <= 2 {
             src_loop = 4;
         }
         if block[3] == 1 {
-            if s % 2 == 0 {
+            if s.is_multiple_of(2) {
                 src_loop = 2;
             }
-            if s % 4 == 0 {
+            if s.is_multiple_of(4) {
                 src_loop = 4;
             }
             if s <= 8 {
@@ -243,9 +243,9 @@ fn powervr_params(gpu: &Gpu, precision: Precision, p: &ConvProblem) -> ConvGener
 /// src_loop of NVIDIA, Intel and other vendors: 2 when S_src is even, 4 when S_src%4==0 and
 /// bs ≤ 2.
 fn src_loop_even(src_slices: usize, bs: usize) -> usize {
-    if src_slices % 4 == 0 && bs <= 2 {
+    if src_slices.is_multiple_of(4) && bs <= 2 {
         4
-    } else if src_slices % 2 == 0 {
+    } else if src_slices.is_multiple_of(2) {
         2
     } else {
         1
@@ -283,7 +283,7 @@ fn nvidia_params(gpu: &Gpu, p: &ConvProblem) -> ConvGenericParams {
 /// AMD's "halve one dimension" step: bs, else bz, else by, else bx, the first that is even.
 fn halve_one(block: &mut [usize; 4]) {
     for i in [3, 2, 1, 0] {
-        if block[i] % 2 == 0 {
+        if block[i].is_multiple_of(2) {
             block[i] /= 2;
             return;
         }
@@ -292,9 +292,9 @@ fn halve_one(block: &mut [usize; 4]) {
 
 fn amd_params(gpu: &Gpu, precision: Precision, p: &ConvProblem) -> ConvGenericParams {
     let s = p.dst_slices;
-    let mut block = if s % 4 == 0 || s >= 8 {
+    let mut block = if s.is_multiple_of(4) || s >= 8 {
         [2, 2, 1, 4]
-    } else if s % 2 == 0 || s >= 4 {
+    } else if s.is_multiple_of(2) || s >= 4 {
         [4, 2, 1, 2]
     } else {
         [4, 4, 1, 1]
@@ -312,11 +312,11 @@ fn amd_params(gpu: &Gpu, precision: Precision, p: &ConvProblem) -> ConvGenericPa
         }
     }
     let per_thread = block[0] * block[1] * block[3];
-    let src_loop = if per_thread <= 1 && p.src_slices % 8 == 0 {
+    let src_loop = if per_thread <= 1 && p.src_slices.is_multiple_of(8) {
         8
-    } else if per_thread <= 2 && p.src_slices % 4 == 0 {
+    } else if per_thread <= 2 && p.src_slices.is_multiple_of(4) {
         4
-    } else if per_thread <= 4 && p.src_slices % 2 == 0 {
+    } else if per_thread <= 4 && p.src_slices.is_multiple_of(2) {
         2
     } else {
         1
@@ -393,11 +393,18 @@ pub fn conv_generic_params(t: &Target, p: &ConvProblem) -> ConvGenericParams {
     if p.groups > 1 {
         let per_group = p.dst_slices / p.groups;
         let bs = params.block[3];
-        if per_group % bs != 0 {
-            params.block[3] = if bs == 4 && per_group % 2 == 0 { 2 } else { 1 };
+        if !per_group.is_multiple_of(bs) {
+            params.block[3] = if bs == 4 && per_group.is_multiple_of(2) {
+                2
+            } else {
+                1
+            };
         }
     }
-    if matches!(p.flavour, ConvFlavour::FullyConnected | ConvFlavour::Winograd) {
+    if matches!(
+        p.flavour,
+        ConvFlavour::FullyConnected | ConvFlavour::Winograd
+    ) {
         params.block[0] *= params.block[1];
         params.block[1] = 1;
         params.work_group[0] *= params.work_group[1];
@@ -409,7 +416,11 @@ pub fn conv_generic_params(t: &Target, p: &ConvProblem) -> ConvGenericParams {
 /// ConvGeneric's dispatch for `params` writing a destination tensor of BHWC shape `dst`:
 /// tx = ceil(W/bx), ty = ceil(H/by), ts = ceil(S/bs); the grid by mode; the work group fixed or
 /// from the conv picker.
-pub fn conv_generic_kernel(t: &Target, params: ConvGenericParams, dst: [usize; 4]) -> KernelDispatch {
+pub fn conv_generic_kernel(
+    t: &Target,
+    params: ConvGenericParams,
+    dst: [usize; 4],
+) -> KernelDispatch {
     let [b, h, w, c] = dst.map(|d| d.max(1));
     let [bx, by, _, bs] = params.block.map(|d| d.max(1));
     let (tx, ty, ts) = (w.div_ceil(bx), h.div_ceil(by), slices(c).div_ceil(bs));
@@ -450,8 +461,12 @@ pub fn conv_constants_bytes(
     precision: Precision,
 ) -> usize {
     let (i, o) = (src_channels, dst_channels);
-    let dot = o % 4 != 0 && (i % 4 == 0 || o * slices(i) < i * slices(o));
-    let aligned = if dot { o * 4 * slices(i) } else { i * 4 * slices(o) };
+    let dot = !o.is_multiple_of(4) && (i.is_multiple_of(4) || o * slices(i) < i * slices(o));
+    let aligned = if dot {
+        o * 4 * slices(i)
+    } else {
+        i * 4 * slices(o)
+    };
     aligned * kernel[0] * kernel[1] * precision.weight_bytes()
 }
 
@@ -545,7 +560,7 @@ pub fn select_conv(t: &Target, desc: &ConvDesc) -> Vec<KernelDispatch> {
     if groups > 1 {
         let per_in = desc.src[2] / groups;
         let per_out = desc.dst[2] / groups;
-        if per_in % 4 != 0 || per_out % 4 != 0 {
+        if !per_in.is_multiple_of(4) || !per_out.is_multiple_of(4) {
             let src = [desc.batch, desc.src[0], desc.src[1], desc.src[2]];
             let mut kernels = vec![approximate_kernel(t, Kernel::Split, src)];
             let part = ConvDesc {

@@ -55,8 +55,7 @@ pub fn select_depthwise(
     let [h, w, c] = desc.dst.map(|d| d.max(1));
     if uses_3x3(t, desc, src_storage) {
         let grid = [w.div_ceil(2) * b, h.div_ceil(2), slices(c)];
-        let (wg, source) = if t.vendor() == Vendor::PowerVr && t.gpu.spec.local_memory_dedicated
-        {
+        let (wg, source) = if t.vendor() == Vendor::PowerVr && t.gpu.spec.local_memory_dedicated {
             ([8, 4, 1], WorkGroupSource::Fixed)
         } else {
             (

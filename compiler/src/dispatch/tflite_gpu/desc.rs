@@ -5,8 +5,8 @@ use crate::ir::Padding;
 use serde::Serialize;
 
 /// A tensor shape in the delegate's BHWC form, from a TFLite shape: rank 0 is (1,1,1,1), rank 1
-/// [B], rank 2 [B,C], rank 3 [B,W,C] (so a [1,T,C] tensor is one row of width T), rank 4 as is.
-/// `None` for rank 5 and above, which the delegate does not take.
+/// `[B]`, rank 2 `[B,C]`, rank 3 `[B,W,C]` (so a `[1,T,C]` tensor is one row of width T), rank 4
+/// as is. `None` for rank 5 and above, which the delegate does not take.
 pub fn bhwc(shape: &[usize]) -> Option<[usize; 4]> {
     match *shape {
         [] => Some([1, 1, 1, 1]),

@@ -161,7 +161,10 @@ impl MaliGen {
     pub fn is_valhall(self) -> bool {
         matches!(
             self,
-            MaliGen::ValhallGen1 | MaliGen::ValhallGen2 | MaliGen::ValhallGen3 | MaliGen::ValhallGen4
+            MaliGen::ValhallGen1
+                | MaliGen::ValhallGen2
+                | MaliGen::ValhallGen3
+                | MaliGen::ValhallGen4
         )
     }
 }
@@ -336,9 +339,7 @@ fn check_field(key: &str, v: &serde_json::Value) -> std::result::Result<(), Stri
         "name" | "device_name" | "opencl_version" | "notes" => check_as::<String>(v),
         "vendor" => check_as::<Vendor>(v),
         "max_work_item_sizes" => check_as::<[usize; 3]>(v),
-        "fp16" | "images" | "image2d_from_buffer" | "local_memory_dedicated" => {
-            check_as::<bool>(v)
-        }
+        "fp16" | "images" | "image2d_from_buffer" | "local_memory_dedicated" => check_as::<bool>(v),
         "sub_group_sizes" => check_as::<Vec<usize>>(v),
         "precision" => check_as::<Precision>(v),
         "storage" => check_as::<StorageType>(v),
@@ -408,8 +409,7 @@ impl GpuSpec {
         if self.sub_group_sizes.contains(&0) {
             bail!("field `sub_group_sizes`: every size must be at least 1");
         }
-        parse_version(&self.opencl_version)
-            .map_err(|e| anyhow!("field `opencl_version`: {e}"))?;
+        parse_version(&self.opencl_version).map_err(|e| anyhow!("field `opencl_version`: {e}"))?;
         Ok(())
     }
 }
@@ -440,7 +440,10 @@ impl Gpu {
     /// Validates `spec` and classifies the device as the delegate would.
     pub fn new(spec: GpuSpec) -> Result<Gpu> {
         spec.validate()?;
-        let description = spec.device_name.clone().unwrap_or_else(|| spec.name.clone());
+        let description = spec
+            .device_name
+            .clone()
+            .unwrap_or_else(|| spec.name.clone());
         let vendor = spec.vendor.unwrap_or_else(|| Vendor::detect(&description));
         let opencl = parse_version(&spec.opencl_version)
             .map_err(|e| anyhow!("field `opencl_version`: {e}"))?;

@@ -24,7 +24,9 @@ enum Lowered {
     Depthwise(DepthwiseDesc),
     FullyConnected(FcDesc),
     /// Pooling; PAD may merge into it.
-    Pool { dst: [usize; 4] },
+    Pool {
+        dst: [usize; 4],
+    },
     /// PAD/PADV2; `spatial` is its padding when it pads only H and W with zeros (mergeable).
     Pad {
         dst: [usize; 4],
@@ -46,6 +48,8 @@ enum Lowered {
     },
 }
 
+/// What becomes of one TFLite operator; the transforms move ops from `Gpu` to the absorbed
+/// states (`MergedInto`, `FoldedInto`, `FusedInto`, with the absorbing op's position).
 #[derive(Debug, Clone)]
 enum Plan {
     Gpu(Lowered),
@@ -58,6 +62,7 @@ enum Plan {
     FusedInto(usize),
 }
 
+/// One TFLite operator (by execution position) during the emulation.
 struct OpState {
     name: String,
     inputs: Vec<Option<TensorId>>,
@@ -71,6 +76,8 @@ struct OpState {
     absorbed: Vec<usize>,
 }
 
+/// The emulation state. `alias` maps the output of an op that disappeared (removed no-op, merged
+/// PAD, folded ADD/MUL) to the tensor that now stands for it.
 struct Emulation<'a> {
     graph: &'a Graph,
     target: &'a Target,
@@ -230,7 +237,10 @@ impl<'a> Emulation<'a> {
     }
 
     fn output_bhwc(&self, pos: usize) -> Option<[usize; 4]> {
-        self.ops[pos].outputs.first().and_then(|&t| bhwc(self.shape(t)))
+        self.ops[pos]
+            .outputs
+            .first()
+            .and_then(|&t| bhwc(self.shape(t)))
     }
 
     /// How the delegate parses op `pos` (§1.1), before graph transforms.
@@ -259,7 +269,10 @@ impl<'a> Emulation<'a> {
         for &(_, t) in &runtime {
             let tensor = self.graph.tensor(t);
             if !is_data_dtype(tensor.dtype) {
-                return not(format!("{} operand '{}'", tensor.dtype, tensor.name));
+                return not(format!(
+                    "operand '{}' is {}; the delegate takes float and 8-bit tensors",
+                    tensor.name, tensor.dtype
+                ));
             }
             if tensor.shape.len() > 4 {
                 return not(format!("rank-{} operand", tensor.shape.len()));
@@ -268,7 +281,10 @@ impl<'a> Emulation<'a> {
         for &t in &state.outputs {
             let tensor = self.graph.tensor(t);
             if !is_data_dtype(tensor.dtype) {
-                return not(format!("{} output '{}'", tensor.dtype, tensor.name));
+                return not(format!(
+                    "output '{}' is {}; the delegate takes float and 8-bit tensors",
+                    tensor.name, tensor.dtype
+                ));
             }
             if tensor.shape.len() > 4 {
                 return not(format!("rank-{} output", tensor.shape.len()));
@@ -300,7 +316,7 @@ impl<'a> Emulation<'a> {
                 };
                 let (o, kh, kw, i) = (w[0], w[1], w[2], w[3]);
                 let [b, h, wd, ch] = src;
-                if i == 0 || ch % i != 0 {
+                if i == 0 || !ch.is_multiple_of(i) {
                     return rejected(format!(
                         "input channels {ch} are not a multiple of the weights' {i}"
                     ));
@@ -344,7 +360,7 @@ impl<'a> Emulation<'a> {
                     return rejected("DEPTHWISE_CONV_2D weights are not 4-D".to_string());
                 };
                 let [b, h, wd, ch] = src;
-                if ch == 0 || dst[3] % ch != 0 {
+                if ch == 0 || !dst[3].is_multiple_of(ch) {
                     return rejected(format!(
                         "output channels {} are not a multiple of the input's {ch}",
                         dst[3]
@@ -490,8 +506,8 @@ impl<'a> Emulation<'a> {
                     );
                 }
                 let rank = self.shape(state.outputs[0]).len() as i32;
-                let channel_axis = matches!(op, Op::Concatenation { .. })
-                    && (*axis == rank - 1 || *axis == -1);
+                let channel_axis =
+                    matches!(op, Op::Concatenation { .. }) && (*axis == rank - 1 || *axis == -1);
                 other(if channel_axis {
                     Kernel::ConcatZ
                 } else {

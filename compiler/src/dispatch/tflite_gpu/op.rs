@@ -90,10 +90,10 @@ impl Variant {
         let Some(first) = kernels.first() else {
             return Variant::None;
         };
-        if has(Kernel::Winograd4x4To36TileX6) || has(Kernel::Winograd4x4To36) {
-            Variant::Winograd
-        } else if first.name == Kernel::Split && kernels.len() > 2 {
+        if first.name == Kernel::Split && kernels.len() > 2 {
             Variant::GroupedSplit
+        } else if has(Kernel::Winograd4x4To36TileX6) || has(Kernel::Winograd4x4To36) {
+            Variant::Winograd
         } else if first.name == Kernel::ConverterToConvWeights {
             Variant::ConvGenericDynamicWeights
         } else {

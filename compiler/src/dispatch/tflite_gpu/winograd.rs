@@ -91,7 +91,14 @@ pub fn kernels(t: &Target, desc: &ConvDesc) -> Vec<KernelDispatch> {
     let input = if plain {
         KernelDispatch::new(Kernel::Winograd4x4To36, grid, 3, wg, [0, 1, 2], source).approximate()
     } else {
-        KernelDispatch::new(Kernel::Winograd4x4To36TileX6, grid, 3, wg, [0, 1, 2], source)
+        KernelDispatch::new(
+            Kernel::Winograd4x4To36TileX6,
+            grid,
+            3,
+            wg,
+            [0, 1, 2],
+            source,
+        )
     };
 
     let problem = ConvProblem {
@@ -118,7 +125,14 @@ pub fn kernels(t: &Target, desc: &ConvDesc) -> Vec<KernelDispatch> {
     let output = if plain {
         KernelDispatch::new(Kernel::Winograd36To4x4, grid, 3, wg, [0, 1, 2], source).approximate()
     } else {
-        KernelDispatch::new(Kernel::Winograd36To4x4Tile4x1, grid, 3, wg, [0, 1, 2], source)
+        KernelDispatch::new(
+            Kernel::Winograd36To4x4Tile4x1,
+            grid,
+            3,
+            wg,
+            [0, 1, 2],
+            source,
+        )
     };
     vec![input, middle, output]
 }

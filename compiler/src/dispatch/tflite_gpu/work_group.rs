@@ -8,7 +8,10 @@ pub type Dim3 = [usize; 3];
 
 /// Largest divisor of `n` that is at most `max` (1 when `n` is 0).
 pub fn largest_divisor_at_most(n: usize, max: usize) -> usize {
-    (1..=max.min(n).max(1)).rev().find(|d| n % d == 0).unwrap_or(1)
+    (1..=max.min(n).max(1))
+        .rev()
+        .find(|&d| n.is_multiple_of(d))
+        .unwrap_or(1)
 }
 
 /// The conv picker (`GetWorkGroupConv`): used by ConvGeneric when its work group is not fixed.
@@ -28,7 +31,7 @@ pub fn conv_work_group(grid: Dim3, gpu: &Gpu, kernel_max_wg: usize) -> Dim3 {
     let xy = (256.min(kernel_max_wg) / wz).max(1);
     let wx = grid[0].min(xy);
     let mut wy = (xy / wx).min(grid[1]).max(1);
-    if wy == grid[1] && grid[1] % 2 == 0 {
+    if wy == grid[1] && grid[1].is_multiple_of(2) {
         wy = grid[1] / 2;
     }
     [wx, wy, wz]
@@ -38,9 +41,9 @@ pub fn conv_work_group(grid: Dim3, gpu: &Gpu, kernel_max_wg: usize) -> Dim3 {
 /// up to 8.
 fn divisor_with_priority(z: usize) -> usize {
     match z {
-        _ if z % 8 == 0 => 8,
-        _ if z % 4 == 0 => 4,
-        _ if z % 2 == 0 => 2,
+        _ if z.is_multiple_of(8) => 8,
+        _ if z.is_multiple_of(4) => 4,
+        _ if z.is_multiple_of(2) => 2,
         _ => largest_divisor_at_most(z, 8),
     }
 }
