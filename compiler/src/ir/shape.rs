@@ -282,8 +282,8 @@ fn infer_outputs(
             rank4(&f, "filter")?;
             ensure!(f[3] > 0 && f[0] > 0, "filter {f:?} has an empty dimension");
             ensure!(
-                x[3] % f[3] == 0,
-                "input has {} channels, not a multiple of the filter's {} input channels",
+                x[3] > 0 && x[3] % f[3] == 0,
+                "input has {} channels, not a positive multiple of the filter's {} input channels",
                 x[3],
                 f[3]
             );
@@ -660,7 +660,10 @@ fn infer_outputs(
                 x[1],
                 x[2]
             );
-            one(vec![x[0], x[1] / b, x[2] / b, x[3] * b * b])
+            let depth = x[3]
+                .checked_mul(b * b)
+                .ok_or_else(|| anyhow!("block {b} makes the channel count overflow"))?;
+            one(vec![x[0], x[1] / b, x[2] / b, depth])
         }
         Op::Custom { .. } | Op::OtherBuiltin { .. } => Ok(None),
     }
@@ -794,11 +797,9 @@ pub fn resolve_strided_slice(
                 begin[i]
             );
         }
-        let count = if s > 0 {
-            ((e - b).max(0) + s - 1) / s
-        } else {
-            ((b - e).max(0) + (-s) - 1) / (-s)
-        };
+        // In i128: strides may be as large as the index type allows.
+        let (span, step) = if s > 0 { ((e - b).max(0) as i128, s as i128) } else { ((b - e).max(0) as i128, -(s as i128)) };
+        let count = ((span + step - 1) / step) as i64;
         dims.push(SliceDim {
             begin: b.max(0) as usize,
             stride: s as isize,
