@@ -1,6 +1,6 @@
 //! CONV_2D (and grouped convolution): im2col plus GEMM, over an output-channel range.
 
-use super::gemm::{matmul, MatRef};
+use super::packed_gemm::{gemm_packed, pack_b, packed_len};
 use super::shared::SharedOut;
 use super::threads::ThreadPool;
 use super::Activation;
@@ -40,9 +40,14 @@ impl ConvParams {
         self.kernel[0] * self.kernel[1] * self.group_in()
     }
 
-    /// Elements of the packed weights.
+    /// Elements of one group's packed weights.
+    pub fn group_packed_len(&self) -> usize {
+        packed_len(self.depth(), self.group_out())
+    }
+
+    /// Elements of the packed weights (every group).
     pub fn packed_len(&self) -> usize {
-        self.depth() * self.output[3]
+        self.groups * self.group_packed_len()
     }
 
     /// Checks the geometry is consistent; the message says what is not.
@@ -74,16 +79,21 @@ impl ConvParams {
     }
 }
 
-/// Packs TFLite conv weights `[C_out, KH, KW, C_in/groups]` into per-group GEMM matrices
-/// `[groups][KH·KW·C_in/groups][C_out/groups]` (row-major), the layout [`conv2d`] reads.
+/// Packs TFLite conv weights `[C_out, KH, KW, C_in/groups]` into the layout [`conv2d`] reads:
+/// per group, the `KH·KW·C_in/groups × C_out/groups` GEMM matrix in
+/// [`super::packed_gemm`]'s panel layout, groups one after another.
 pub fn pack_conv_weights(weights: &[f32], p: &ConvParams) -> Vec<f32> {
     let (k, gout) = (p.depth(), p.group_out());
-    let mut packed = vec![0.0; p.packed_len()];
-    for o in 0..p.output[3] {
-        let (g, oc) = (o / gout, o % gout);
-        for r in 0..k {
-            packed[g * k * gout + r * gout + oc] = weights[o * k + r];
+    let mut matrix = vec![0.0; k * gout];
+    let mut packed = Vec::with_capacity(p.packed_len());
+    for g in 0..p.groups {
+        for oc in 0..gout {
+            let o = g * gout + oc;
+            for r in 0..k {
+                matrix[r * gout + oc] = weights[o * k + r];
+            }
         }
+        packed.extend(pack_b(&matrix, k, gout, gout).into_vec());
     }
     packed
 }
@@ -149,9 +159,8 @@ pub fn conv2d(
         let image =
             &input[b * p.input[1] * p.input[2] * cin..(b + 1) * p.input[1] * p.input[2] * cin];
         if pointwise {
-            let lhs = MatRef::rows(&image[p0 * cin..], rows, cin, cin);
-            let rhs = MatRef::rows(&weights[c0..], cin, c1 - c0, cout);
-            matmul(&mut dst[c0..], cout, lhs, rhs, true);
+            let a = &image[p0 * cin..(p0 + rows) * cin];
+            gemm_packed(dst, cout, a, cin, rows, cin, weights, cout, c0, c1, true);
         } else {
             IM2COL.with(|buf| {
                 let mut buf = buf.borrow_mut();
@@ -164,10 +173,10 @@ pub fn conv2d(
                         c1.min((g + 1) * gout) - g * gout,
                     );
                     im2col(image, p, g * gin, p0, rows, &mut buf);
-                    let lhs = MatRef::rows(&buf, rows, k, k);
-                    let w = &weights[g * k * gout + l0..];
-                    let rhs = MatRef::rows(w, k, l1 - l0, gout);
-                    matmul(&mut dst[g * gout + l0..], cout, lhs, rhs, true);
+                    let group = p.group_packed_len();
+                    let w = &weights[g * group..(g + 1) * group];
+                    let d = &mut dst[g * gout..];
+                    gemm_packed(d, cout, &buf, k, rows, k, w, gout, l0, l1, true);
                 }
             });
         }

@@ -1,10 +1,20 @@
 //! DEPTHWISE_CONV_2D: a direct kernel vectorised along channels, over an output-channel range.
+//!
+//! Tasks are output rows. A row is computed in channel blocks of `L` lanes (the innermost,
+//! contiguous NHWC dimension) whose accumulators stay in registers: blocks of the instruction
+//! set's vector width first, then of 4, then single channels. For 3×3 kernels with column
+//! dilation 1, each full-width block keeps its weights in registers across the whole row: the
+//! interior columns (kernel window inside the image horizontally) run in groups of pixels with
+//! no padding checks, and border columns skip the taps that fall outside. Other geometries,
+//! narrower blocks and multipliers above 1 sum, pixel by pixel, over the taps that land inside
+//! the image. The loops are generic Rust, instantiated per [`Isa`] and chosen at run time.
 
 use super::shared::SharedOut;
+use super::simd::{Isa, BASELINE_HAS_FMA};
 use super::threads::ThreadPool;
 use super::Activation;
 use serde::{Deserialize, Serialize};
-use std::cell::RefCell;
+use std::ops::Range;
 
 /// Geometry of a depthwise convolution, NHWC; output channel `c` reads input channel
 /// `c / multiplier`. Weights are TFLite's `[1, KH, KW, C_out]`.
@@ -29,27 +39,29 @@ impl DepthwiseParams {
         let [n, h, w, ci] = self.input;
         let [no, ho, wo, co] = self.output;
         if n != no || self.multiplier == 0 || ci * self.multiplier != co {
-            return Err(format!("{:?} → {:?} is not a depthwise multiplier-{} shape", self.input, self.output, self.multiplier));
+            return Err(format!(
+                "{:?} → {:?} is not a depthwise multiplier-{} shape",
+                self.input, self.output, self.multiplier
+            ));
         }
         if self.stride.contains(&0) || self.dilation.contains(&0) || self.kernel.contains(&0) {
             return Err("zero stride, dilation or kernel size".into());
         }
         for (d, (size, out)) in [(h, ho), (w, wo)].into_iter().enumerate() {
             if out > 0 && (out - 1) * self.stride[d] >= size + self.pad[d] {
-                return Err(format!("output size {out} does not fit input size {size} in dimension {d}"));
+                return Err(format!(
+                    "output size {out} does not fit input size {size} in dimension {d}"
+                ));
             }
         }
         Ok(())
     }
 }
 
-thread_local! {
-    static ACC: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
 /// Computes output channels `[c0, c1)` into `out` (the full output tensor).
 ///
 /// Preconditions: `p.validate()` holds; slice lengths match the shapes; `c0 <= c1 <= C_out`.
+/// Only the elements of channels `[c0, c1)` are written; `c0 >= c1` writes nothing.
 #[allow(clippy::too_many_arguments)]
 pub fn depthwise_conv2d(
     input: &[f32],
@@ -61,58 +73,534 @@ pub fn depthwise_conv2d(
     c1: usize,
     pool: &ThreadPool,
 ) {
-    let [n, h, w, cin] = p.input;
-    let [_, ho, wo, cout] = p.output;
-    debug_assert_eq!(weights.len(), p.kernel[0] * p.kernel[1] * cout);
+    depthwise_conv2d_on(Isa::detect(), input, weights, bias, out, p, c0, c1, pool);
+}
+
+/// [`depthwise_conv2d`] with its loops instantiated for `isa`, which must be supported.
+#[allow(clippy::too_many_arguments)]
+fn depthwise_conv2d_on(
+    isa: Isa,
+    input: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    p: &DepthwiseParams,
+    c0: usize,
+    c1: usize,
+    pool: &ThreadPool,
+) {
     if c0 >= c1 {
         return;
     }
-    let width = c1 - c0;
+    assert!(isa.is_supported(), "{isa:?} is not supported by this CPU");
+    let [n, h, w, cin] = p.input;
+    let [_, ho, wo, cout] = p.output;
+    let [kh, kw] = p.kernel;
+    assert!(
+        c1 <= cout && p.multiplier * cin == cout,
+        "channel range {c0}..{c1} of {cout}"
+    );
+    assert!(
+        input.len() >= n * h * w * cin && weights.len() >= kh * kw * cout,
+        "operands too short"
+    );
+    assert!(out.len() >= n * ho * wo * cout, "output too short");
+    if let Some(bias) = bias {
+        assert!(bias.len() >= cout, "bias too short");
+    }
+    let conv = Conv {
+        input,
+        weights,
+        bias,
+        p,
+        c0,
+        c1,
+        interior: interior_columns(p),
+    };
     let shared = SharedOut::new(out);
     pool.run(n * ho, &|task| {
         let (b, oy) = (task / ho, task % ho);
         // SAFETY: each task owns output row oy of image b.
         let dst = unsafe { shared.range((b * ho + oy) * wo * cout, wo * cout) };
-        ACC.with(|acc| {
-            let mut acc = acc.borrow_mut();
-            acc.resize(width, 0.0);
-            for ox in 0..wo {
-                match bias {
-                    Some(bias) => acc.copy_from_slice(&bias[c0..c1]),
-                    None => acc.fill(0.0),
-                }
-                for ky in 0..p.kernel[0] {
-                    let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pad[0] as isize;
-                    if iy < 0 || iy >= h as isize {
-                        continue;
-                    }
-                    for kx in 0..p.kernel[1] {
-                        let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize - p.pad[1] as isize;
-                        if ix < 0 || ix >= w as isize {
-                            continue;
+        match isa {
+            // SAFETY (both x86 arms): `isa.is_supported()` was asserted above.
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Isa::Avx512 => unsafe { row_avx512(&conv, b, oy, dst) },
+            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+            Isa::Avx2Fma => unsafe { row_avx2(&conv, b, oy, dst) },
+            _ => row::<BASELINE_LANES, 4, BASELINE_HAS_FMA>(&conv, b, oy, dst),
+        }
+    });
+}
+
+/// Channel block width of baseline code: NEON's 32 registers hold a 3×3 kernel's weights for
+/// two vectors per tap; SSE2's 16 hold them for one.
+const BASELINE_LANES: usize = if cfg!(target_arch = "aarch64") { 8 } else { 4 };
+
+/// [`row`] for AVX-512.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn row_avx512(conv: &Conv<'_>, b: usize, oy: usize, dst: &mut [f32]) {
+    row::<16, 4, true>(conv, b, oy, dst);
+}
+
+/// [`row`] for AVX2 with FMA.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_avx2(conv: &Conv<'_>, b: usize, oy: usize, dst: &mut [f32]) {
+    row::<8, 4, true>(conv, b, oy, dst);
+}
+
+/// One channel block of a [`Conv::row_window`]: its weights, bias and input offsets.
+struct Window<'a, const KH: usize, const KW: usize, const L: usize> {
+    k: &'a [[[f32; L]; KW]; KH],
+    start: [f32; L],
+    /// Input offset of the first window row's column 0, at the block's first channel.
+    row0: usize,
+    /// Input offset between window rows.
+    row_step: usize,
+    /// The block's first output channel.
+    c: usize,
+}
+
+/// One call's operands and the geometry every row task shares.
+struct Conv<'a> {
+    input: &'a [f32],
+    weights: &'a [f32],
+    bias: Option<&'a [f32]>,
+    p: &'a DepthwiseParams,
+    c0: usize,
+    c1: usize,
+    /// Output columns whose every kernel column lands inside the input (possibly empty).
+    interior: Range<usize>,
+}
+
+/// The kernel taps `t < k` for which `o·stride + t·dilation - pad` lies in `0..size`: a range,
+/// since that position grows with `t`.
+fn taps(
+    o: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    k: usize,
+    size: usize,
+) -> Range<usize> {
+    let at = o * stride;
+    let lo = pad.saturating_sub(at).div_ceil(dilation).min(k);
+    let hi = (pad + size).saturating_sub(at).div_ceil(dilation).min(k);
+    lo..hi.max(lo)
+}
+
+/// The output columns whose whole kernel window lies inside the input, as `lo..hi` with
+/// `lo <= hi <= W_out`.
+fn interior_columns(p: &DepthwiseParams) -> Range<usize> {
+    let (w, wo) = (p.input[2], p.output[2]);
+    let (stride, pad) = (p.stride[1], p.pad[1]);
+    let lo = pad.div_ceil(stride).min(wo);
+    let reach = (p.kernel[1] - 1) * p.dilation[1];
+    // Last column: ox·stride + reach - pad <= w - 1.
+    let hi = match (w + pad).checked_sub(reach + 1) {
+        Some(last) => (last / stride + 1).min(wo),
+        None => 0,
+    };
+    lo..hi.max(lo)
+}
+
+/// Output row `oy` of image `b` (`dst`, all its channels) for channels `[c0, c1)`.
+#[inline(always)]
+fn row<const V: usize, const P: usize, const FMA: bool>(
+    conv: &Conv<'_>,
+    b: usize,
+    oy: usize,
+    dst: &mut [f32],
+) {
+    let p = conv.p;
+    let rows = taps(
+        oy,
+        p.stride[0],
+        p.dilation[0],
+        p.pad[0],
+        p.kernel[0],
+        p.input[1],
+    );
+    let (c0, c1) = (conv.c0, conv.c1);
+    if p.multiplier == 1 && c1 - c0 >= V {
+        // Full-width blocks only, overlapping where needed (overlaps recompute identical
+        // values): one from c0 when the aligned run starts later, one ending at c1.
+        let start = conv.aligned_start::<V>();
+        if start > c0 {
+            conv.blocks::<V, P, FMA, true>(b, oy, &rows, c0, 1, dst);
+        }
+        let count = (c1 - start) / V;
+        conv.blocks::<V, P, FMA, true>(b, oy, &rows, start, count, dst);
+        if start + count * V < c1 {
+            conv.blocks::<V, P, FMA, true>(b, oy, &rows, c1 - V, 1, dst);
+        }
+        return;
+    }
+    let mut c = c0;
+    if p.multiplier == 1 && V > 4 {
+        let count = (c1 - c) / 4;
+        conv.blocks::<4, P, FMA, false>(b, oy, &rows, c, count, dst);
+        c += count * 4;
+    }
+    conv.blocks::<1, P, FMA, false>(b, oy, &rows, c, c1 - c, dst);
+}
+
+impl Conv<'_> {
+    /// The first channel of the run of full-width blocks in [`row`]: the first channel from
+    /// `c0` whose input vectors are `V`-float aligned in every pixel, when the range is wide
+    /// enough for the extra block this costs to be cheaper than the split loads it saves;
+    /// otherwise `c0`.
+    #[inline(always)]
+    fn aligned_start<const V: usize>(&self) -> usize {
+        let addr = self.input.as_ptr() as usize;
+        if self.p.input[3] % V != 0 || addr % 4 != 0 || self.c1 - self.c0 < 8 * V {
+            return self.c0;
+        }
+        let lane = (addr / 4 + self.c0) % V;
+        self.c0 + (V - lane) % V
+    }
+
+    /// Computes `blocks` blocks of `L` channels from channel `c` (within `[c0, c1)`), for
+    /// output row `oy` of image `b`, whose valid kernel rows are `rows`. `L > 1` requires
+    /// multiplier 1. `WINDOWS` enables the loops specialised for common kernel shapes.
+    #[inline(always)]
+    fn blocks<const L: usize, const P: usize, const FMA: bool, const WINDOWS: bool>(
+        &self,
+        b: usize,
+        oy: usize,
+        rows: &Range<usize>,
+        c: usize,
+        blocks: usize,
+        dst: &mut [f32],
+    ) {
+        debug_assert!(self.c0 <= c && c + blocks * L <= self.c1);
+        if blocks == 0 {
+            return;
+        }
+        let p = self.p;
+        let span = (b, oy, c, blocks);
+        let windowed = WINDOWS
+            && p.dilation[1] == 1
+            && match (p.kernel, rows.len(), p.stride[1]) {
+                ([3, 3], 3, 1) => self.row_window::<3, 3, 1, L, P, FMA>(span, rows.start, dst),
+                ([3, 3], 3, 2) => self.row_window::<3, 3, 2, L, P, FMA>(span, rows.start, dst),
+                ([3, 3], 2, 1) => self.row_window::<2, 3, 1, L, P, FMA>(span, rows.start, dst),
+                ([3, 3], 2, 2) => self.row_window::<2, 3, 2, L, P, FMA>(span, rows.start, dst),
+                _ => false,
+            };
+        if !windowed {
+            let kw = p.kernel[1];
+            let interior = self.interior.clone();
+            for ox in (0..interior.start).chain(interior.end..p.output[2]) {
+                let cols = taps(ox, p.stride[1], p.dilation[1], p.pad[1], kw, p.input[2]);
+                self.span_taps::<L, FMA>(span, ox..ox + 1, rows.clone(), cols, dst);
+            }
+            if !interior.is_empty() {
+                self.span_taps::<L, FMA>(span, interior, rows.clone(), 0..kw, dst);
+            }
+        }
+    }
+
+    /// Output pixels `oxs` of the span `(b, oy, c, blocks)`: row `oy` of image `b`, channels
+    /// `[c, c + blocks·L)`, summing the kernel taps `rows × cols`, which must land inside the
+    /// input for every pixel of `oxs`.
+    #[inline(always)]
+    fn span_taps<const L: usize, const FMA: bool>(
+        &self,
+        (b, oy, c, blocks): (usize, usize, usize, usize),
+        oxs: Range<usize>,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        dst: &mut [f32],
+    ) {
+        let p = self.p;
+        let [_, h, w, cin] = p.input;
+        let cout = p.output[3];
+        let kw = p.kernel[1];
+        let ([sy, sx], [dy, dx], [pt, pl]) = (p.stride, p.dilation, p.pad);
+        let taps_inside = !oxs.is_empty() && !rows.is_empty() && !cols.is_empty();
+        if taps_inside {
+            let rows_at = (oy * sy + rows.start * dy, oy * sy + (rows.end - 1) * dy);
+            self.check_reads::<L>(b, rows_at, &oxs, &cols, c, blocks);
+        }
+        for block in 0..blocks {
+            let c = c + block * L;
+            let ci = if L > 1 { c } else { c / p.multiplier };
+            let start = self.bias_block::<L>(c);
+            for ox in oxs.clone() {
+                let mut acc = start;
+                if taps_inside {
+                    for ky in rows.clone() {
+                        let iy = oy * sy + ky * dy - pt;
+                        let first = ((b * h + iy) * w + ox * sx + cols.start * dx - pl) * cin + ci;
+                        for (j, kx) in cols.clone().enumerate() {
+                            // SAFETY: `check_reads` bounded every tap of every pixel of the span,
+                            // and `depthwise_conv2d_on` checked the weights hold KH·KW·C_out values.
+                            let (x, k) = unsafe {
+                                (
+                                    load::<L>(self.input, first + j * dx * cin),
+                                    load::<L>(self.weights, (ky * kw + kx) * cout + c),
+                                )
+                            };
+                            madd::<L, FMA>(&mut acc, &x, &k);
                         }
-                        let pixel = ((b * h + iy as usize) * w + ix as usize) * cin;
-                        let tap = (ky * p.kernel[1] + kx) * cout;
-                        let wrow = &weights[tap + c0..tap + c1];
-                        if p.multiplier == 1 {
-                            let xrow = &input[pixel + c0..pixel + c1];
-                            for ((a, x), k) in acc.iter_mut().zip(xrow).zip(wrow) {
-                                *a += x * k;
-                            }
-                        } else {
-                            for (i, (a, k)) in acc.iter_mut().zip(wrow).enumerate() {
-                                *a += input[pixel + (c0 + i) / p.multiplier] * k;
-                            }
-                        }
                     }
                 }
-                let row = &mut dst[ox * cout + c0..ox * cout + c1];
-                for (o, a) in row.iter_mut().zip(acc.iter()) {
-                    *o = p.activation.apply(*a);
+                store(&mut dst[ox * cout + c..], cout, &[acc], p.activation);
+            }
+        }
+    }
+
+    /// The whole output row of the span `(b, oy, c, blocks)` for a kernel `KH_K × KW` with
+    /// column stride `S` and column dilation 1, of which kernel rows `ky0..ky0 + KH` land inside
+    /// the input; `KW` must be the kernel width. Each block keeps its `KH × KW` weights in
+    /// registers across the row: interior pixels run in groups of `P` with no padding checks,
+    /// border pixels skip the columns that fall outside. Returns true.
+    #[inline(always)]
+    fn row_window<
+        const KH: usize,
+        const KW: usize,
+        const S: usize,
+        const L: usize,
+        const P: usize,
+        const FMA: bool,
+    >(
+        &self,
+        (b, oy, c, blocks): (usize, usize, usize, usize),
+        ky0: usize,
+        dst: &mut [f32],
+    ) -> bool {
+        let p = self.p;
+        let [_, h, w, cin] = p.input;
+        let [_, _, wo, cout] = p.output;
+        let ([sy, _], [dy, _], [pt, pl]) = (p.stride, p.dilation, p.pad);
+        debug_assert!(p.kernel[1] == KW && p.stride[1] == S && p.dilation[1] == 1);
+        debug_assert!(ky0 + KH <= p.kernel[0]);
+        let first_row = oy * sy + ky0 * dy;
+        let rows_at = (first_row, first_row + (KH - 1) * dy);
+        let interior = self.interior.clone();
+        // The window columns of border pixel `ox` that land inside the input.
+        let cols = |ox: usize| {
+            let lo = pl.saturating_sub(ox * S).min(KW);
+            lo..(pl + w).saturating_sub(ox * S).min(KW).max(lo)
+        };
+        for ox in (0..interior.start).chain(interior.end..wo) {
+            if !cols(ox).is_empty() {
+                self.check_reads::<L>(b, rows_at, &(ox..ox + 1), &cols(ox), c, blocks);
+            }
+        }
+        if !interior.is_empty() {
+            self.check_reads::<L>(b, rows_at, &interior, &(0..KW), c, blocks);
+        }
+        let row_step = dy * w * cin;
+        for block in 0..blocks {
+            let c = c + block * L;
+            // Multi-channel blocks only occur with multiplier 1.
+            let ci = if L > 1 { c } else { c / p.multiplier };
+            let mut k = [[[0.0f32; L]; KW]; KH];
+            for (ky, k_row) in k.iter_mut().enumerate() {
+                for (kx, k_tap) in k_row.iter_mut().enumerate() {
+                    // SAFETY: `depthwise_conv2d_on` checked the weights hold KH·KW·C_out values,
+                    // and `c + L <= C_out`.
+                    *k_tap = unsafe { load::<L>(self.weights, ((ky0 + ky) * KW + kx) * cout + c) };
                 }
             }
-        });
-    });
+            let start = self.bias_block::<L>(c);
+            // Input offset of the first window row's column 0 at channel `ci`.
+            let row0 = ((b * h + first_row - pt) * w) * cin + ci;
+            let window = Window {
+                k: &k,
+                start,
+                row0,
+                row_step,
+                c,
+            };
+            for ox in 0..interior.start {
+                self.pixel_masked::<KH, KW, S, L, FMA>(&window, ox, cols(ox), dst);
+            }
+            let mut ox = interior.start;
+            while ox + P <= interior.end {
+                self.group::<KH, KW, S, L, P, FMA>(&window, ox, dst);
+                ox += P;
+            }
+            for ox in ox..interior.end {
+                self.group::<KH, KW, S, L, 1, FMA>(&window, ox, dst);
+            }
+            for ox in interior.end..wo {
+                self.pixel_masked::<KH, KW, S, L, FMA>(&window, ox, cols(ox), dst);
+            }
+        }
+        true
+    }
+
+    /// Interior output pixels `ox..ox + G` of one block of a [`Self::row_window`]: `G`
+    /// independent accumulation chains, with each input vector loaded once for all the taps
+    /// that read it.
+    #[inline(always)]
+    fn group<
+        const KH: usize,
+        const KW: usize,
+        const S: usize,
+        const L: usize,
+        const G: usize,
+        const FMA: bool,
+    >(
+        &self,
+        window: &Window<'_, KH, KW, L>,
+        ox: usize,
+        dst: &mut [f32],
+    ) {
+        let [cin, cout, pl] = [self.p.input[3], self.p.output[3], self.p.pad[1]];
+        let pixel = window.row0 + (ox * S - pl) * cin;
+        let mut acc = [window.start; G];
+        for (ky, k_row) in window.k.iter().enumerate() {
+            let row = pixel + ky * window.row_step;
+            // Input pixel `i` of the row feeds pixel `j` through tap `kx = i - j·S`: load it
+            // once and apply all its taps, so that only one input vector is live at a time.
+            for i in 0..(G - 1) * S + KW {
+                // SAFETY: `row_window` checked the reads of every interior pixel.
+                let x = unsafe { load::<L>(self.input, row + i * cin) };
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    if let Some(k_tap) = i.checked_sub(j * S).and_then(|kx| k_row.get(kx)) {
+                        madd::<L, FMA>(acc, &x, k_tap);
+                    }
+                }
+            }
+        }
+        store(
+            &mut dst[ox * cout + window.c..],
+            cout,
+            &acc,
+            self.p.activation,
+        );
+    }
+
+    /// Border output pixel `ox` of one block of a [`Self::row_window`], summing the window
+    /// columns `cols` only.
+    #[inline(always)]
+    fn pixel_masked<
+        const KH: usize,
+        const KW: usize,
+        const S: usize,
+        const L: usize,
+        const FMA: bool,
+    >(
+        &self,
+        window: &Window<'_, KH, KW, L>,
+        ox: usize,
+        cols: Range<usize>,
+        dst: &mut [f32],
+    ) {
+        let [cin, cout, pl] = [self.p.input[3], self.p.output[3], self.p.pad[1]];
+        let mut acc = window.start;
+        for (ky, k_row) in window.k.iter().enumerate() {
+            let row = window.row0 + ky * window.row_step;
+            for (kx, k_tap) in k_row.iter().enumerate() {
+                if cols.contains(&kx) {
+                    // SAFETY: `row_window` checked the reads of every border pixel's `cols`.
+                    let x = unsafe { load::<L>(self.input, row + (ox * S + kx - pl) * cin) };
+                    madd::<L, FMA>(&mut acc, &x, k_tap);
+                }
+            }
+        }
+        store(
+            &mut dst[ox * cout + window.c..],
+            cout,
+            &[acc],
+            self.p.activation,
+        );
+    }
+
+    /// Panics unless every input read of a span lies inside `input`: taps `rows × cols`, where
+    /// the kernel rows span padded input rows `rows_at = (first, last)` (`oy·stride +
+    /// ky·dilation`), of pixels `oxs` (non-empty), for channel blocks `[c, c + blocks·L)`.
+    #[inline(always)]
+    fn check_reads<const L: usize>(
+        &self,
+        b: usize,
+        (first_row, last_row): (usize, usize),
+        oxs: &Range<usize>,
+        cols: &Range<usize>,
+        c: usize,
+        blocks: usize,
+    ) {
+        let p = self.p;
+        let [_, h, w, cin] = p.input;
+        let ([_, sx], [_, dx], [pt, pl]) = (p.stride, p.dilation, p.pad);
+        debug_assert!(blocks > 0 && !oxs.is_empty() && !cols.is_empty());
+        let first_col = oxs.start * sx + cols.start * dx;
+        let last_col = (oxs.end - 1) * sx + (cols.end - 1) * dx;
+        let last_channel = (c + blocks * L - 1) / p.multiplier;
+        debug_assert!(last_row < h + pt && last_col < w + pl && last_channel < cin);
+        assert!(
+            first_row >= pt
+                && first_col >= pl
+                && ((b * h + last_row - pt) * w + last_col - pl) * cin + last_channel
+                    < self.input.len(),
+            "depthwise span reads outside the input"
+        );
+    }
+
+    /// The bias of channels `[c, c + L)`, or zeros.
+    #[inline(always)]
+    fn bias_block<const L: usize>(&self, c: usize) -> [f32; L] {
+        let mut start = [0.0; L];
+        if let Some(bias) = self.bias {
+            start.copy_from_slice(&bias[c..c + L]);
+        }
+        start
+    }
+}
+
+/// `L` consecutive values of `data` from index `at`.
+///
+/// # Safety
+/// `at + L <= data.len()`.
+#[inline(always)]
+unsafe fn load<const L: usize>(data: &[f32], at: usize) -> [f32; L] {
+    debug_assert!(at + L <= data.len());
+    data.as_ptr().add(at).cast::<[f32; L]>().read()
+}
+
+/// `acc += x · k`, lane by lane; fused when `FMA` (which must then be a single instruction).
+#[inline(always)]
+fn madd<const L: usize, const FMA: bool>(acc: &mut [f32; L], x: &[f32; L], k: &[f32; L]) {
+    for ((a, x), k) in acc.iter_mut().zip(x).zip(k) {
+        *a = if FMA { x.mul_add(*k, *a) } else { *a + x * k };
+    }
+}
+
+/// Writes `activation(acc[j])` to `out[j·stride..][..L]` for each `j`.
+#[inline(always)]
+fn store<const L: usize, const P: usize>(
+    out: &mut [f32],
+    stride: usize,
+    acc: &[[f32; L]; P],
+    activation: Activation,
+) {
+    // Each arm passes a constant, so `apply` folds to one operation that vectorises.
+    let mut lanes = |activation: Activation| {
+        for (j, acc) in acc.iter().enumerate() {
+            for (o, a) in out[j * stride..][..L].iter_mut().zip(acc) {
+                *o = activation.apply(*a);
+            }
+        }
+    };
+    match activation {
+        Activation::None => lanes(Activation::None),
+        Activation::Relu => lanes(Activation::Relu),
+        Activation::ReluN1To1 => lanes(Activation::ReluN1To1),
+        Activation::Relu6 => lanes(Activation::Relu6),
+        Activation::Tanh => lanes(Activation::Tanh),
+    }
 }
 
 #[cfg(test)]
@@ -131,10 +619,13 @@ mod tests {
                         let mut acc = bias[c];
                         for ky in 0..p.kernel[0] {
                             for kx in 0..p.kernel[1] {
-                                let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize - p.pad[0] as isize;
-                                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize - p.pad[1] as isize;
+                                let iy = (oy * p.stride[0] + ky * p.dilation[0]) as isize
+                                    - p.pad[0] as isize;
+                                let ix = (ox * p.stride[1] + kx * p.dilation[1]) as isize
+                                    - p.pad[1] as isize;
                                 if iy >= 0 && ix >= 0 && iy < h as isize && ix < w as isize {
-                                    let x = input[((b * h + iy as usize) * w + ix as usize) * cin + c / p.multiplier];
+                                    let x = input[((b * h + iy as usize) * w + ix as usize) * cin
+                                        + c / p.multiplier];
                                     acc += x * weights[(ky * p.kernel[1] + kx) * cout + c];
                                 }
                             }
@@ -157,7 +648,10 @@ mod tests {
             let dilation = [1 + rng.below(2), 1 + rng.below(2)];
             let multiplier = [1, 1, 2, 3][rng.below(4)];
             let cin = 1 + rng.below(9);
-            let (h, w) = (kernel[0] * dilation[0] + rng.below(8), kernel[1] * dilation[1] + rng.below(8));
+            let (h, w) = (
+                kernel[0] * dilation[0] + rng.below(8),
+                kernel[1] * dilation[1] + rng.below(8),
+            );
             let same = rng.below(2) == 0;
             let dim = |size: usize, d: usize| {
                 let eff = (kernel[d] - 1) * dilation[d] + 1;
@@ -189,9 +683,278 @@ mod tests {
             let split = rng.below(cout + 1);
             let mut got = vec![f32::NAN; want.len()];
             depthwise_conv2d(&input, &weights, Some(&bias), &mut got, &p, 0, split, &pool);
-            depthwise_conv2d(&input, &weights, Some(&bias), &mut got, &p, split, cout, &pool);
+            depthwise_conv2d(
+                &input,
+                &weights,
+                Some(&bias),
+                &mut got,
+                &p,
+                split,
+                cout,
+                &pool,
+            );
             for (a, b) in got.iter().zip(&want) {
-                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "case {case} {p:?}: {a} vs {b}");
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                    "case {case} {p:?}: {a} vs {b}"
+                );
+            }
+        }
+    }
+
+    /// Runs `p` on every supported instruction set with 1 and 2 threads, for each channel
+    /// range, checking the range against [`reference`] and that nothing outside it is written.
+    fn check_case(p: &DepthwiseParams, with_bias: bool, ranges: &[(usize, usize)], rng: &mut Rng) {
+        p.validate().expect("valid");
+        let [n, h, w, cin] = p.input;
+        let [_, ho, wo, cout] = p.output;
+        // Operands start at arbitrary offsets from a cache line, as tensors in an arena do.
+        let (skip_in, skip_out) = (rng.below(16), rng.below(16));
+        let input_buffer = rng.values(skip_in + n * h * w * cin);
+        let input = &input_buffer[skip_in..];
+        let weights = rng.values(p.kernel[0] * p.kernel[1] * cout);
+        let bias = if with_bias {
+            rng.values(cout)
+        } else {
+            vec![0.0; cout]
+        };
+        let want = reference(input, &weights, &bias, p);
+        let pools = [ThreadPool::new(1), ThreadPool::new(2)];
+        for isa in Isa::ALL.into_iter().filter(|isa| isa.is_supported()) {
+            for pool in &pools {
+                for &(c0, c1) in ranges {
+                    let mut out_buffer = vec![f32::NAN; skip_out + n * ho * wo * cout];
+                    let got = &mut out_buffer[skip_out..];
+                    let b = with_bias.then_some(bias.as_slice());
+                    depthwise_conv2d_on(isa, input, &weights, b, got, p, c0, c1, pool);
+                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                        let ok = if (c0..c1).contains(&(i % cout)) {
+                            (a - b).abs() <= 1e-5 * b.abs().max(1.0)
+                        } else {
+                            a.is_nan()
+                        };
+                        let threads = pool.threads();
+                        assert!(ok, "{isa:?}, {threads} threads, channels {c0}..{c1}, element {i}: {a} vs {b} (NaN: not in range) {p:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// 3×3 parameters of a square-ish image with TFLite SAME (or VALID) padding.
+    fn same_3x3(
+        n: usize,
+        h: usize,
+        w: usize,
+        c: usize,
+        stride: usize,
+        same: bool,
+    ) -> DepthwiseParams {
+        let dim = |size: usize| {
+            if same {
+                let out = size.div_ceil(stride);
+                (out, ((out - 1) * stride + 3).saturating_sub(size) / 2)
+            } else {
+                ((size - 3) / stride + 1, 0)
+            }
+        };
+        let ((ho, pt), (wo, pl)) = (dim(h), dim(w));
+        DepthwiseParams {
+            input: [n, h, w, c],
+            output: [n, ho, wo, c],
+            kernel: [3, 3],
+            stride: [stride, stride],
+            dilation: [1, 1],
+            pad: [pt, pl],
+            multiplier: 1,
+            activation: Activation::Relu6,
+        }
+    }
+
+    #[test]
+    fn fast_3x3_paths_match_reference_for_strides_sizes_and_channel_ranges() {
+        let mut rng = Rng(0x0bad_cafe);
+        // Channel counts around the vector widths (16, 8, 4) and their tails.
+        for (case, c) in [1, 3, 4, 8, 16, 20, 24, 35, 48].into_iter().enumerate() {
+            for stride in [1, 2] {
+                for (h, w) in [(1, 1), (2, 3), (3, 3), (5, 4), (6, 9), (9, 7), (12, 13)] {
+                    for same in [true, false] {
+                        if !same && (h < 3 || w < 3) {
+                            continue;
+                        }
+                        let mut p = same_3x3(1 + case % 2, h, w, c, stride, same);
+                        p.activation =
+                            [Activation::Relu6, Activation::None, Activation::Relu][case % 3];
+                        let ranges = [(0, c), (0, c / 2), (c / 2, c), (1.min(c), c - 1.min(c - 1))];
+                        check_case(&p, case % 4 != 3, &ranges, &mut rng);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mobilenet_like_shapes_match_reference() {
+        let mut rng = Rng(0x5eed);
+        for (size, c, stride) in [
+            (16, 32, 1),
+            (16, 48, 2),
+            (7, 64, 1),
+            (8, 96, 2),
+            (15, 16, 2),
+        ] {
+            let p = same_3x3(1, size, size, c, stride, true);
+            check_case(&p, true, &[(0, c), (16, c - 16)], &mut rng);
+        }
+    }
+
+    #[test]
+    fn padding_edges_and_other_geometries_match_reference() {
+        let mut rng = Rng(0xfeed_f00d);
+        let base = same_3x3(1, 6, 7, 20, 1, true);
+        let cases = [
+            // Asymmetric and large padding: rows and columns with no tap inside the image.
+            DepthwiseParams {
+                pad: [0, 1],
+                output: [1, 4, 7, 20],
+                ..base.clone()
+            },
+            DepthwiseParams {
+                pad: [2, 2],
+                output: [1, 8, 9, 20],
+                ..base.clone()
+            },
+            // Strides and dilations outside the specialised loops.
+            DepthwiseParams {
+                stride: [2, 3],
+                output: [1, 3, 3, 20],
+                ..base.clone()
+            },
+            DepthwiseParams {
+                dilation: [2, 2],
+                pad: [2, 2],
+                ..base.clone()
+            },
+            DepthwiseParams {
+                dilation: [1, 2],
+                pad: [1, 2],
+                ..base.clone()
+            },
+            // Other kernel sizes.
+            DepthwiseParams {
+                kernel: [1, 1],
+                pad: [0, 0],
+                ..base.clone()
+            },
+            DepthwiseParams {
+                kernel: [5, 5],
+                pad: [2, 2],
+                ..base.clone()
+            },
+            DepthwiseParams {
+                kernel: [3, 5],
+                pad: [1, 2],
+                ..base.clone()
+            },
+            DepthwiseParams {
+                kernel: [2, 2],
+                pad: [0, 0],
+                output: [1, 5, 6, 20],
+                ..base.clone()
+            },
+        ];
+        for (i, mut p) in cases.into_iter().enumerate() {
+            p.activation = [Activation::None, Activation::ReluN1To1, Activation::Tanh][i % 3];
+            check_case(&p, i % 2 == 0, &[(0, 20), (3, 19), (17, 20)], &mut rng);
+        }
+    }
+
+    #[test]
+    fn multipliers_above_one_match_reference() {
+        let mut rng = Rng(0xabcd);
+        for (multiplier, stride) in [(2, 1), (3, 2), (4, 1)] {
+            let cin = 5;
+            let mut p = same_3x3(2, 7, 6, cin * multiplier, stride, true);
+            p.input[3] = cin;
+            p.multiplier = multiplier;
+            let cout = cin * multiplier;
+            check_case(
+                &p,
+                true,
+                &[(0, cout), (1, cout - 2), (multiplier, 2 * multiplier + 1)],
+                &mut rng,
+            );
+        }
+    }
+
+    #[test]
+    fn empty_channel_range_writes_nothing() {
+        let mut rng = Rng(0x77);
+        let p = same_3x3(1, 5, 5, 24, 1, true);
+        check_case(&p, true, &[(0, 0), (7, 7), (24, 24)], &mut rng);
+        let mut out = vec![f32::NAN; 5 * 5 * 24];
+        let (input, weights) = (rng.values(5 * 5 * 24), rng.values(9 * 24));
+        depthwise_conv2d(
+            &input,
+            &weights,
+            None,
+            &mut out,
+            &p,
+            9,
+            3,
+            &ThreadPool::new(2),
+        );
+        assert!(out.iter().all(|x| x.is_nan()));
+    }
+
+    #[test]
+    fn wide_channel_ranges_at_every_alignment_match_reference() {
+        // Wide enough for the aligned run of blocks with a leading and a trailing block.
+        let mut rng = Rng(0x600d);
+        for (i, stride) in [1, 2, 1, 2, 1, 2, 1, 2].into_iter().enumerate() {
+            let c = 160;
+            let p = same_3x3(1, 5, 6, c, stride, true);
+            check_case(
+                &p,
+                true,
+                &[(0, c), (i + 1, c - 2 * i), (3, 3 + 137)],
+                &mut rng,
+            );
+        }
+    }
+
+    #[test]
+    fn interior_columns_are_those_with_the_whole_window_inside() {
+        for (w, stride, pad, k, dilation) in [
+            (7, 1, 1, 3, 1),
+            (8, 2, 0, 3, 1),
+            (2, 1, 1, 3, 1),
+            (9, 2, 2, 3, 2),
+            (1, 1, 0, 1, 1),
+        ] {
+            let wo = (w + 2 * pad - (k - 1) * dilation - 1) / stride + 1;
+            let p = DepthwiseParams {
+                input: [1, 1, w, 1],
+                output: [1, 1, wo, 1],
+                kernel: [1, k],
+                stride: [1, stride],
+                dilation: [1, dilation],
+                pad: [0, pad],
+                multiplier: 1,
+                activation: Activation::None,
+            };
+            let interior = interior_columns(&p);
+            for ox in 0..wo {
+                let cols = taps(ox, stride, dilation, pad, k, w);
+                assert_eq!(interior.contains(&ox), cols == (0..k), "{p:?} column {ox}");
+                for t in 0..k {
+                    let at = (ox * stride + t * dilation) as isize - pad as isize;
+                    assert_eq!(
+                        cols.contains(&t),
+                        at >= 0 && at < w as isize,
+                        "{p:?} column {ox} tap {t}"
+                    );
+                }
             }
         }
     }

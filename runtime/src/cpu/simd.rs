@@ -21,7 +21,10 @@ impl Isa {
 
     /// The widest level this CPU supports.
     pub fn detect() -> Isa {
-        Isa::ALL.into_iter().find(|isa| isa.is_supported()).unwrap_or(Isa::Baseline)
+        Isa::ALL
+            .into_iter()
+            .find(|isa| isa.is_supported())
+            .unwrap_or(Isa::Baseline)
     }
 
     /// Whether this CPU (and OS) can run code compiled for this level.
