@@ -86,16 +86,23 @@ impl Model {
 /// A model ready to run: arena and threads.
 pub struct Session<'m> {
     model: &'m Model,
+    /// The arena, over-allocated so that element `base` sits on a 64-byte boundary; arena offsets
+    /// count from there (so every tensor is 64-byte aligned). Never resized.
     arena: Vec<f32>,
+    base: usize,
     pool: ThreadPool,
 }
 
 impl<'m> Session<'m> {
     /// A session using `threads` CPU threads.
     pub fn new(model: &'m Model, threads: usize) -> Self {
+        let align = crate::artifact::ARENA_ALIGN / 4;
+        let arena = vec![0.0f32; model.artifact.arena_bytes.div_ceil(4) + align];
+        let base = (align - (arena.as_ptr() as usize / 4) % align) % align;
         Session {
             model,
-            arena: vec![0.0; model.artifact.arena_bytes.div_ceil(4)],
+            arena,
+            base,
             pool: ThreadPool::new(threads),
         }
     }
@@ -153,15 +160,18 @@ impl<'m> Session<'m> {
 
     fn arena_range(&self, t: &TensorDesc) -> std::ops::Range<usize> {
         match t.storage {
-            Storage::Arena { offset } => offset / 4..offset / 4 + t.elements(),
+            Storage::Arena { offset } => {
+                self.base + offset / 4..self.base + offset / 4 + t.elements()
+            }
             Storage::Constant { .. } => 0..0,
         }
     }
 
     fn run_step(&mut self, step: &crate::artifact::Step) {
         let a = &self.model.artifact;
-        let arena_ptr = self.arena.as_mut_ptr();
-        let arena_len = self.arena.len();
+        let arena_len = self.arena.len() - self.base;
+        // SAFETY: `base` is within the arena (it is less than the over-allocation).
+        let arena_ptr = unsafe { self.arena.as_mut_ptr().add(self.base) };
         // SAFETY: validation guarantees every arena range is in bounds and that a step's outputs
         // overlap neither its inputs nor each other, so these slices never alias mutably.
         let read = |t: usize| -> &[f32] {

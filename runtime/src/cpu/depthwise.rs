@@ -1,13 +1,16 @@
 //! DEPTHWISE_CONV_2D: a direct kernel vectorised along channels, over an output-channel range.
 //!
 //! Tasks are output rows. A row is computed in channel blocks of `L` lanes (the innermost,
-//! contiguous NHWC dimension) whose accumulators stay in registers: blocks of the instruction
-//! set's vector width first, then of 4, then single channels. For 3×3 kernels with column
-//! dilation 1, each full-width block keeps its weights in registers across the whole row: the
-//! interior columns (kernel window inside the image horizontally) run in groups of pixels with
-//! no padding checks, and border columns skip the taps that fall outside. Other geometries,
-//! narrower blocks and multipliers above 1 sum, pixel by pixel, over the taps that land inside
-//! the image. The loops are generic Rust, instantiated per [`Isa`] and chosen at run time.
+//! contiguous NHWC dimension) whose accumulators stay in registers. With multiplier 1 and at
+//! least a vector's width of channels, every block is a full vector: blocks overlap, recomputing
+//! identical values, to cover ranges that are not a multiple of the width, and a wide range
+//! starts its run of blocks where the input is vector-aligned. Narrower ranges, and multipliers
+//! above 1, use blocks of 4 and then single channels. For 3×3 kernels with column dilation 1, a
+//! full-vector block keeps its weights in registers across the whole row: the interior columns
+//! (kernel window inside the image horizontally) run in groups of pixels with no padding checks,
+//! and the border columns skip the taps that fall outside. Other geometries sum, pixel by pixel,
+//! over the taps that land inside the image. The loops are generic Rust, instantiated per
+//! [`Isa`] and chosen at run time.
 
 use super::shared::SharedOut;
 use super::simd::{Isa, BASELINE_HAS_FMA};
@@ -61,7 +64,10 @@ impl DepthwiseParams {
 /// Computes output channels `[c0, c1)` into `out` (the full output tensor).
 ///
 /// Preconditions: `p.validate()` holds; slice lengths match the shapes; `c0 <= c1 <= C_out`.
-/// Only the elements of channels `[c0, c1)` are written; `c0 >= c1` writes nothing.
+/// Only the elements of channels `[c0, c1)` are written; `c0 >= c1` writes nothing. Panics if
+/// an operand is shorter than its shape or `c1 > C_out`. Sums run in kernel-tap order, fused
+/// multiply-adds where the CPU has them, so results may differ from unfused ones in the last
+/// bits.
 #[allow(clippy::too_many_arguments)]
 pub fn depthwise_conv2d(
     input: &[f32],
@@ -122,14 +128,14 @@ fn depthwise_conv2d_on(
         let (b, oy) = (task / ho, task % ho);
         // SAFETY: each task owns output row oy of image b.
         let dst = unsafe { shared.range((b * ho + oy) * wo * cout, wo * cout) };
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         match isa {
-            // SAFETY (both x86 arms): `isa.is_supported()` was asserted above.
-            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-            Isa::Avx512 => unsafe { row_avx512(&conv, b, oy, dst) },
-            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-            Isa::Avx2Fma => unsafe { row_avx2(&conv, b, oy, dst) },
-            _ => row::<BASELINE_LANES, 4, BASELINE_HAS_FMA>(&conv, b, oy, dst),
+            // SAFETY (both arms): `isa.is_supported()` was asserted above.
+            Isa::Avx512 => return unsafe { row_avx512(&conv, b, oy, dst) },
+            Isa::Avx2Fma => return unsafe { row_avx2(&conv, b, oy, dst) },
+            Isa::Baseline => {}
         }
+        row::<BASELINE_LANES, 4, BASELINE_HAS_FMA>(&conv, b, oy, dst);
     });
 }
 
@@ -212,7 +218,9 @@ fn interior_columns(p: &DepthwiseParams) -> Range<usize> {
     lo..hi.max(lo)
 }
 
-/// Output row `oy` of image `b` (`dst`, all its channels) for channels `[c0, c1)`.
+/// Output row `oy` of image `b` (`dst`, all its channels) for channels `[c0, c1)`, with
+/// vectors of `V` floats, interior pixels in groups of `P`, and `FMA` saying whether
+/// `f32::mul_add` is a single instruction.
 #[inline(always)]
 fn row<const V: usize, const P: usize, const FMA: bool>(
     conv: &Conv<'_>,
@@ -260,11 +268,11 @@ impl Conv<'_> {
     /// otherwise `c0`.
     #[inline(always)]
     fn aligned_start<const V: usize>(&self) -> usize {
-        let addr = self.input.as_ptr() as usize;
-        if self.p.input[3] % V != 0 || addr % 4 != 0 || self.c1 - self.c0 < 8 * V {
+        if !self.p.input[3].is_multiple_of(V) || self.c1 - self.c0 < 8 * V {
             return self.c0;
         }
-        let lane = (addr / 4 + self.c0) % V;
+        // An f32 slice is 4-byte aligned, so this counts whole floats.
+        let lane = (self.input.as_ptr() as usize / 4 + self.c0) % V;
         self.c0 + (V - lane) % V
     }
 
@@ -359,11 +367,11 @@ impl Conv<'_> {
         }
     }
 
-    /// The whole output row of the span `(b, oy, c, blocks)` for a kernel `KH_K × KW` with
-    /// column stride `S` and column dilation 1, of which kernel rows `ky0..ky0 + KH` land inside
-    /// the input; `KW` must be the kernel width. Each block keeps its `KH × KW` weights in
-    /// registers across the row: interior pixels run in groups of `P` with no padding checks,
-    /// border pixels skip the columns that fall outside. Returns true.
+    /// The whole output row of the span `(b, oy, c, blocks)`, for a kernel `KW` wide with column
+    /// stride `S` and column dilation 1 whose rows `ky0..ky0 + KH` are the ones that land inside
+    /// the input. Each block keeps its `KH × KW` weights in registers across the row: interior
+    /// pixels run in groups of `P` with no padding checks, border pixels skip the columns that
+    /// fall outside. Returns true.
     #[inline(always)]
     fn row_window<
         const KH: usize,
@@ -734,15 +742,20 @@ mod tests {
                             a.is_nan()
                         };
                         let threads = pool.threads();
-                        assert!(ok, "{isa:?}, {threads} threads, channels {c0}..{c1}, element {i}: {a} vs {b} (NaN: not in range) {p:?}");
+                        assert!(
+                            ok,
+                            "{isa:?}, {threads} threads, channels {c0}..{c1}, element {i}: got \
+                             {a}, want {b} (NaN outside the range) for {p:?}"
+                        );
                     }
                 }
             }
         }
     }
 
-    /// 3×3 parameters of a square-ish image with TFLite SAME (or VALID) padding.
-    fn same_3x3(
+    /// A 3×3 depthwise convolution of an `n × h × w × c` input with TFLite's SAME padding
+    /// (or VALID), and ReLU6.
+    fn params_3x3(
         n: usize,
         h: usize,
         w: usize,
@@ -782,10 +795,11 @@ mod tests {
                         if !same && (h < 3 || w < 3) {
                             continue;
                         }
-                        let mut p = same_3x3(1 + case % 2, h, w, c, stride, same);
+                        let mut p = params_3x3(1 + case % 2, h, w, c, stride, same);
                         p.activation =
                             [Activation::Relu6, Activation::None, Activation::Relu][case % 3];
-                        let ranges = [(0, c), (0, c / 2), (c / 2, c), (1.min(c), c - 1.min(c - 1))];
+                        let inner = if c > 2 { (1, c - 1) } else { (0, 1) };
+                        let ranges = [(0, c), (0, c / 2), (c / 2, c), inner];
                         check_case(&p, case % 4 != 3, &ranges, &mut rng);
                     }
                 }
@@ -803,7 +817,7 @@ mod tests {
             (8, 96, 2),
             (15, 16, 2),
         ] {
-            let p = same_3x3(1, size, size, c, stride, true);
+            let p = params_3x3(1, size, size, c, stride, true);
             check_case(&p, true, &[(0, c), (16, c - 16)], &mut rng);
         }
     }
@@ -811,7 +825,7 @@ mod tests {
     #[test]
     fn padding_edges_and_other_geometries_match_reference() {
         let mut rng = Rng(0xfeed_f00d);
-        let base = same_3x3(1, 6, 7, 20, 1, true);
+        let base = params_3x3(1, 6, 7, 20, 1, true);
         let cases = [
             // Asymmetric and large padding: rows and columns with no tap inside the image.
             DepthwiseParams {
@@ -874,7 +888,7 @@ mod tests {
         let mut rng = Rng(0xabcd);
         for (multiplier, stride) in [(2, 1), (3, 2), (4, 1)] {
             let cin = 5;
-            let mut p = same_3x3(2, 7, 6, cin * multiplier, stride, true);
+            let mut p = params_3x3(2, 7, 6, cin * multiplier, stride, true);
             p.input[3] = cin;
             p.multiplier = multiplier;
             let cout = cin * multiplier;
@@ -890,7 +904,7 @@ mod tests {
     #[test]
     fn empty_channel_range_writes_nothing() {
         let mut rng = Rng(0x77);
-        let p = same_3x3(1, 5, 5, 24, 1, true);
+        let p = params_3x3(1, 5, 5, 24, 1, true);
         check_case(&p, true, &[(0, 0), (7, 7), (24, 24)], &mut rng);
         let mut out = vec![f32::NAN; 5 * 5 * 24];
         let (input, weights) = (rng.values(5 * 5 * 24), rng.values(9 * 24));
@@ -908,12 +922,12 @@ mod tests {
     }
 
     #[test]
-    fn wide_channel_ranges_at_every_alignment_match_reference() {
+    fn wide_channel_ranges_at_various_alignments_match_reference() {
         // Wide enough for the aligned run of blocks with a leading and a trailing block.
         let mut rng = Rng(0x600d);
         for (i, stride) in [1, 2, 1, 2, 1, 2, 1, 2].into_iter().enumerate() {
             let c = 160;
-            let p = same_3x3(1, 5, 6, c, stride, true);
+            let p = params_3x3(1, 5, 6, c, stride, true);
             check_case(
                 &p,
                 true,
