@@ -102,16 +102,18 @@ thread_local! {
     static IM2COL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Output pixels per task. GEMM packs the weights once per call, so tiles are large: a pointwise
-/// convolution gets one tile per thread; an im2col convolution gets tiles whose im2col buffer stays
-/// near 4 MB, and at least one per thread.
-fn tile_pixels(pixels: usize, depth: usize, pointwise: bool, threads: usize) -> usize {
+/// Output pixels per task. A task fills its rows with the bias, runs the GEMM over them and applies
+/// the activation, so its output tile should stay in L2 between those passes (≈ 128 KB); im2col
+/// convolutions also keep their im2col buffer near 4 MB. There is at least one task per thread.
+fn tile_pixels(pixels: usize, depth: usize, cout: usize, pointwise: bool, threads: usize) -> usize {
     let per_thread = pixels.div_ceil(threads.max(1)).max(1);
-    if pointwise {
-        per_thread
+    let output_rows = ((1 << 15) / cout.max(1)).max(64);
+    let rows = if pointwise {
+        output_rows
     } else {
-        ((1 << 20) / depth.max(1)).max(128).min(per_thread)
-    }
+        output_rows.min(((1 << 20) / depth.max(1)).max(64))
+    };
+    rows.min(per_thread)
 }
 
 /// Computes output channels `[c0, c1)` of the convolution into `out` (the full output tensor),
@@ -140,7 +142,7 @@ pub fn conv2d(
     }
     let pixels = ho * wo;
     let pointwise = p.kernel == [1, 1] && p.stride == [1, 1] && p.pad == [0, 0] && p.groups == 1;
-    let tile = tile_pixels(pixels, p.depth(), pointwise, pool.threads());
+    let tile = tile_pixels(pixels, p.depth(), cout, pointwise, pool.threads());
     let tiles = pixels.div_ceil(tile);
     let shared = SharedOut::new(out);
     pool.run(n * tiles, &|task| {
