@@ -3,8 +3,10 @@
 
 use crate::artifact::{Kernel, TensorDesc};
 
+/// Element count, saturating (absurd shapes from a corrupt artifact then fail the size checks
+/// instead of overflowing).
 fn elements(shape: &[usize]) -> usize {
-    shape.iter().product()
+    shape.iter().fold(1usize, |acc, &d| acc.saturating_mul(d))
 }
 
 /// Whether `shape` broadcasts (numpy-style) to `target`.

@@ -52,8 +52,8 @@ impl ConvParams {
 
     /// Checks the geometry is consistent; the message says what is not.
     pub fn validate(&self) -> Result<(), String> {
-        let [n, h, w, ci] = self.input;
-        let [no, ho, wo, co] = self.output;
+        let [n, _, _, ci] = self.input;
+        let [no, _, _, co] = self.output;
         if n != no {
             return Err(format!("batch {n} in but {no} out"));
         }
@@ -63,20 +63,40 @@ impl ConvParams {
                 self.groups
             ));
         }
-        if self.stride.contains(&0) || self.dilation.contains(&0) || self.kernel.contains(&0) {
-            return Err("zero stride, dilation or kernel size".into());
-        }
-        for d in 0..2 {
-            let (size, out) = ([h, w][d], [ho, wo][d]);
-            // The last window must start inside the padded input.
-            if out > 0 && (out - 1) * self.stride[d] >= size + self.pad[d] {
-                return Err(format!(
-                    "output size {out} does not fit input size {size} in dimension {d}"
-                ));
-            }
-        }
+        check_window(
+            self.kernel,
+            self.stride,
+            self.dilation,
+            self.pad,
+            self.input,
+            self.output,
+        )?;
         Ok(())
     }
+}
+
+/// Checks a sliding window's geometry: non-zero kernel, stride and dilation, and every output
+/// position's window starting inside the padded input (so out-of-range taps are padding only).
+pub(crate) fn check_window(
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    pad: [usize; 2],
+    input: [usize; 4],
+    output: [usize; 4],
+) -> Result<(), String> {
+    if stride.contains(&0) || dilation.contains(&0) || kernel.contains(&0) {
+        return Err("zero stride, dilation or kernel size".into());
+    }
+    for d in 0..2 {
+        let (size, out) = (input[d + 1], output[d + 1]);
+        if out > 0 && (out - 1).saturating_mul(stride[d]) >= size.saturating_add(pad[d]) {
+            return Err(format!(
+                "output size {out} does not fit input size {size} in dimension {d}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Packs TFLite conv weights `[C_out, KH, KW, C_in/groups]` into the layout [`conv2d`] reads:

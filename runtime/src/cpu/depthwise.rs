@@ -39,25 +39,22 @@ pub struct DepthwiseParams {
 impl DepthwiseParams {
     /// Checks the geometry is consistent; the message says what is not.
     pub fn validate(&self) -> Result<(), String> {
-        let [n, h, w, ci] = self.input;
-        let [no, ho, wo, co] = self.output;
-        if n != no || self.multiplier == 0 || ci * self.multiplier != co {
+        let [n, _, _, ci] = self.input;
+        let [no, _, _, co] = self.output;
+        if n != no || self.multiplier == 0 || ci.checked_mul(self.multiplier) != Some(co) {
             return Err(format!(
                 "{:?} → {:?} is not a depthwise multiplier-{} shape",
                 self.input, self.output, self.multiplier
             ));
         }
-        if self.stride.contains(&0) || self.dilation.contains(&0) || self.kernel.contains(&0) {
-            return Err("zero stride, dilation or kernel size".into());
-        }
-        for (d, (size, out)) in [(h, ho), (w, wo)].into_iter().enumerate() {
-            if out > 0 && (out - 1) * self.stride[d] >= size + self.pad[d] {
-                return Err(format!(
-                    "output size {out} does not fit input size {size} in dimension {d}"
-                ));
-            }
-        }
-        Ok(())
+        super::conv::check_window(
+            self.kernel,
+            self.stride,
+            self.dilation,
+            self.pad,
+            self.input,
+            self.output,
+        )
     }
 }
 
