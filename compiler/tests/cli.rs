@@ -170,11 +170,22 @@ fn run_on_a_tflite_compiles_in_memory_and_rejects_wrong_inputs() {
 #[test]
 fn dispatch_json_lists_kernels_per_op() {
     let out = tandem()
-        .args(["dispatch", "--gpu", "adreno-650", "--precision", "f16", "--json"])
+        .args([
+            "dispatch",
+            "--gpu",
+            "adreno-650",
+            "--precision",
+            "f16",
+            "--json",
+        ])
         .arg(fixture("mobile_block_fp32.tflite"))
         .output()
         .expect("runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON list");
     let ops = json.as_array().expect("list");
     let conv = ops.iter().find(|o| o["op"] == "CONV_2D").expect("a conv");
@@ -182,7 +193,11 @@ fn dispatch_json_lists_kernels_per_op() {
     for field in ["name", "block", "grid", "work_group", "groups"] {
         assert!(!kernel[field].is_null(), "missing {field}: {kernel}");
     }
-    let out = tandem().args(["dispatch", "--gpu", "no-such-gpu"]).arg(fixture("sparse_fc.tflite")).output().expect("runs");
+    let out = tandem()
+        .args(["dispatch", "--gpu", "no-such-gpu"])
+        .arg(fixture("sparse_fc.tflite"))
+        .output()
+        .expect("runs");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("adreno-740"));
 }

@@ -798,7 +798,11 @@ pub fn resolve_strided_slice(
             );
         }
         // In i128: strides may be as large as the index type allows.
-        let (span, step) = if s > 0 { ((e - b).max(0) as i128, s as i128) } else { ((b - e).max(0) as i128, -(s as i128)) };
+        let (span, step) = if s > 0 {
+            ((e - b).max(0) as i128, s as i128)
+        } else {
+            ((b - e).max(0) as i128, -(s as i128))
+        };
         let count = ((span + step - 1) / step) as i64;
         dims.push(SliceDim {
             begin: b.max(0) as usize,
