@@ -175,6 +175,21 @@ impl<'g> Lowering<'g> {
             .ok_or_else(|| anyhow!("{what} (input {slot}) must be a constant integer tensor"))
     }
 
+    /// Checks that operand `slot` is a dense constant FLOAT32 tensor, without copying it.
+    fn require_constant_weights(&self, node: NodeIndex, slot: usize) -> Result<()> {
+        let t = self
+            .graph
+            .input(node, slot)
+            .context("weights are missing")?;
+        ensure!(
+            t.dtype == DType::F32 && t.data.is_some() && t.sparsity.is_none(),
+            "weights '{}' must be a constant FLOAT32 tensor",
+            t.name
+        );
+        Ok(())
+    }
+
+    /// The values of constant FLOAT32 operand `slot` (for weights that get repacked).
     fn weights(&self, node: NodeIndex, slot: usize) -> Result<Vec<f32>> {
         let t = self
             .graph
@@ -344,7 +359,7 @@ impl<'g> Lowering<'g> {
                     multiplier: filter[3] / input[3].max(1),
                     activation: activation(c.activation)?,
                 };
-                self.weights(node, 1)?;
+                self.require_constant_weights(node, 1)?;
                 let (i, w, b) = (x(self, 0)?, x(self, 1)?, x(self, 2)?);
                 self.push(name, Kernel::DepthwiseConv2d(p), vec![i, w, b], vec![out]);
             }
@@ -356,7 +371,7 @@ impl<'g> Lowering<'g> {
                     units: w[0],
                     activation: activation(*a)?,
                 };
-                self.weights(node, 1)?;
+                self.require_constant_weights(node, 1)?;
                 let (i, w, b) = (x(self, 0)?, x(self, 1)?, x(self, 2)?);
                 self.push(name, Kernel::FullyConnected(p), vec![i, w, b], vec![out]);
             }

@@ -1,7 +1,7 @@
 //! Constant folding: weights stored in compressed forms, and shape arithmetic.
 
 use crate::ir::shape::KnownValues;
-use crate::ir::{DimStorage, Graph, Op, Tensor};
+use crate::ir::{DimStorage, Graph, IndexVector, Op, Tensor};
 use anyhow::{bail, ensure, Context, Result};
 use std::sync::Arc;
 use tandem_runtime::DType;
@@ -163,19 +163,10 @@ fn densify(t: &Tensor) -> Result<Arc<[u8]>> {
         "sparse tensor '{}': metadata does not match rank {rank}",
         t.name
     );
-    let values: Vec<f32> = t.f32_values().unwrap_or_else(|| {
-        t.data
-            .as_ref()
-            .map(|d| {
-                d.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect()
-            })
-            .unwrap_or_default()
-    });
-    let mut dense = vec![0f32; t.elements()];
-    let strides: Vec<usize> = (0..rank)
-        .map(|d| t.shape[d + 1..].iter().product())
+    let data = t.data.as_ref().context("not a constant")?;
+    let values: Vec<f32> = data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
     let order: Vec<usize> = s
         .traversal_order
@@ -187,94 +178,113 @@ fn densify(t: &Tensor) -> Result<Arc<[u8]>> {
         "bad traversal order {:?}",
         s.traversal_order
     );
-    let mut next_value = 0usize;
-    // Depth-first walk over the stored dimensions; `segment` is the position within the parent.
-    #[allow(clippy::too_many_arguments)]
-    fn walk(
-        level: usize,
-        segment: usize,
-        offset: usize,
-        s: &crate::ir::Sparsity,
-        order: &[usize],
-        strides: &[usize],
-        values: &[f32],
-        next: &mut usize,
-        dense: &mut [f32],
-    ) -> Result<()> {
-        if level == order.len() {
-            let v = *values
-                .get(*next)
-                .context("fewer stored values than the sparsity metadata addresses")?;
-            *dense.get_mut(offset).context("sparse index out of range")? = v;
-            *next += 1;
-            return Ok(());
-        }
-        let stride = strides[order[level]];
-        match &s.dims[level] {
+    // Decode each dimension once: dense sizes must be the shape's, CSR vectors are widened.
+    let mut levels = Vec::with_capacity(rank);
+    for (level, dim) in s.dims.iter().enumerate() {
+        let extent = t.shape[order[level]];
+        levels.push(match dim {
             DimStorage::Dense { size } => {
-                for i in 0..*size {
-                    walk(
-                        level + 1,
-                        segment * size + i,
-                        offset + i * stride,
-                        s,
-                        order,
-                        strides,
-                        values,
-                        next,
-                        dense,
-                    )?;
-                }
+                ensure!(
+                    *size == extent,
+                    "dense dimension {level} has size {size}, the shape says {extent}"
+                );
+                Level::Dense(extent)
             }
             DimStorage::SparseCsr { segments, indices } => {
-                let seg = segments.values();
-                let idx = indices.values();
-                let (lo, hi) = (
-                    seg.get(segment)
-                        .copied()
-                        .flatten()
-                        .context("segment out of range")?,
-                    seg.get(segment + 1)
-                        .copied()
-                        .flatten()
-                        .context("segment out of range")?,
+                let widen = |v: &IndexVector| -> Result<Vec<usize>> {
+                    v.values()
+                        .into_iter()
+                        .map(|i| i.context("negative sparse index"))
+                        .collect()
+                };
+                let indices = widen(indices)?;
+                ensure!(
+                    indices.iter().all(|&i| i < extent),
+                    "sparse index beyond dimension {level} of size {extent}"
                 );
-                ensure!(lo <= hi && hi <= idx.len(), "bad sparse segment {lo}..{hi}");
-                for (k, i) in idx[lo..hi].iter().enumerate() {
-                    let i = i.context("negative sparse index")?;
-                    walk(
-                        level + 1,
-                        lo + k,
-                        offset + i * stride,
-                        s,
-                        order,
-                        strides,
-                        values,
-                        next,
-                        dense,
-                    )?;
+                Level::Csr {
+                    segments: widen(segments)?,
+                    indices,
+                }
+            }
+        });
+    }
+    let strides: Vec<usize> = order
+        .iter()
+        .map(|&d| t.shape[d + 1..].iter().product())
+        .collect();
+    let mut walk = Densify {
+        levels: &levels,
+        strides: &strides,
+        values: &values,
+        next: 0,
+        dense: vec![0f32; t.elements()],
+    };
+    walk.visit(0, 0, 0)
+        .with_context(|| format!("densifying '{}'", t.name))?;
+    ensure!(
+        walk.next == values.len(),
+        "tensor '{}' stores {} values but its metadata addresses {}",
+        t.name,
+        values.len(),
+        walk.next
+    );
+    Ok(f32_bytes(&walk.dense))
+}
+
+/// One stored dimension of a sparse tensor, decoded.
+enum Level {
+    Dense(usize),
+    Csr {
+        segments: Vec<usize>,
+        indices: Vec<usize>,
+    },
+}
+
+/// Depth-first walk over the stored dimensions, placing the stored values in order.
+struct Densify<'a> {
+    levels: &'a [Level],
+    strides: &'a [usize],
+    values: &'a [f32],
+    next: usize,
+    dense: Vec<f32>,
+}
+
+impl Densify<'_> {
+    /// Visits the children of position `segment` (flattened within its parent) at `level`;
+    /// `offset` is the dense element offset so far.
+    fn visit(&mut self, level: usize, segment: usize, offset: usize) -> Result<()> {
+        let Some(dim) = self.levels.get(level) else {
+            let v = *self
+                .values
+                .get(self.next)
+                .context("fewer stored values than the sparsity metadata addresses")?;
+            *self
+                .dense
+                .get_mut(offset)
+                .context("sparse index out of range")? = v;
+            self.next += 1;
+            return Ok(());
+        };
+        let stride = self.strides[level];
+        match dim {
+            Level::Dense(size) => {
+                for i in 0..*size {
+                    self.visit(level + 1, segment * size + i, offset + i * stride)?;
+                }
+            }
+            Level::Csr { segments, indices } => {
+                let lo = *segments.get(segment).context("segment out of range")?;
+                let hi = *segments.get(segment + 1).context("segment out of range")?;
+                ensure!(
+                    lo <= hi && hi <= indices.len(),
+                    "bad sparse segment {lo}..{hi}"
+                );
+                for (k, &index) in indices.iter().enumerate().take(hi).skip(lo) {
+                    self.visit(level + 1, k, offset + index * stride)?;
                 }
             }
         }
         Ok(())
     }
-    walk(
-        0,
-        0,
-        0,
-        s,
-        &order,
-        &strides,
-        &values,
-        &mut next_value,
-        &mut dense,
-    )
-    .with_context(|| format!("densifying '{}'", t.name))?;
-    ensure!(
-        next_value == values.len(),
-        "tensor '{}' stores {} values but its metadata addresses {next_value}",
-        t.name,
-        values.len()
-    );
-    Ok(f32_bytes(&dense))
 }

@@ -102,7 +102,7 @@ pub fn batch_matmul(lhs: &[f32], rhs: &[f32], out: &mut [f32], p: &BatchMatMulPa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::conv::tests::Rng;
+    use crate::cpu::elementwise::tests::Rng;
 
     #[test]
     fn matches_reference_with_broadcast_and_adjoints() {

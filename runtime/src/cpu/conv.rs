@@ -251,26 +251,9 @@ fn im2col(image: &[f32], p: &ConvParams, ch0: usize, p0: usize, rows: usize, buf
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    pub(crate) struct Rng(pub u64);
-    impl Rng {
-        pub fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        pub fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        pub fn values(&mut self, n: usize) -> Vec<f32> {
-            (0..n)
-                .map(|_| (self.next() % 2001) as f32 / 1000.0 - 1.0)
-                .collect()
-        }
-    }
+    use crate::cpu::elementwise::tests::Rng;
 
     /// Direct convolution from the definition, on TFLite's weight layout.
     fn reference(input: &[f32], weights: &[f32], bias: &[f32], p: &ConvParams) -> Vec<f32> {

@@ -611,7 +611,7 @@ fn store<const L: usize, const P: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::conv::tests::Rng;
+    use crate::cpu::elementwise::tests::Rng;
 
     fn reference(input: &[f32], weights: &[f32], bias: &[f32], p: &DepthwiseParams) -> Vec<f32> {
         let [n, h, w, cin] = p.input;

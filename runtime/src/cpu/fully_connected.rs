@@ -108,7 +108,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::conv::tests::Rng;
+    use crate::cpu::elementwise::tests::Rng;
 
     #[test]
     fn matches_reference_for_single_and_many_rows_and_ranges() {

@@ -110,7 +110,7 @@ pub fn transpose_conv2d(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::conv::tests::Rng;
+    use crate::cpu::elementwise::tests::Rng;
 
     #[test]
     fn matches_the_scatter_definition() {
