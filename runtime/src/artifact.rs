@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 /// First bytes of every artifact.
 pub const MAGIC: &[u8; 8] = b"TANDEM\0\x1a";
 /// Version of the format this runtime reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Alignment of every arena offset, in bytes.
 pub const ARENA_ALIGN: usize = 64;
 /// Alignment of every constant inside the weights, in f32 elements (64 bytes).
@@ -178,6 +178,36 @@ pub enum Kernel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Placement {
     Cpu,
+    Gpu,
+    /// Output channels `[0, C - gpu_channels)` on the CPU and `[C - gpu_channels, C)` on the
+    /// GPU, at the same time, into the same output (conv, depthwise, fully connected only).
+    Split {
+        gpu_channels: usize,
+    },
+}
+
+impl Placement {
+    pub fn uses_gpu(self) -> bool {
+        !matches!(self, Placement::Cpu)
+    }
+
+    pub fn uses_cpu(self) -> bool {
+        !matches!(self, Placement::Gpu)
+    }
+
+    /// The output channels the GPU computes, of `channels` (all of them for `Gpu`).
+    pub fn gpu_range(self, channels: usize) -> std::ops::Range<usize> {
+        match self {
+            Placement::Cpu => channels..channels,
+            Placement::Gpu => 0..channels,
+            Placement::Split { gpu_channels } => channels - gpu_channels.min(channels)..channels,
+        }
+    }
+
+    /// The output channels the CPU computes, of `channels`.
+    pub fn cpu_range(self, channels: usize) -> std::ops::Range<usize> {
+        0..self.gpu_range(channels).start
+    }
 }
 
 /// One kernel launch, in execution order.
@@ -190,6 +220,10 @@ pub struct Step {
     pub inputs: Vec<Option<usize>>,
     pub outputs: Vec<usize>,
     pub placement: Placement,
+    /// Operands of the GPU kernel when the step uses the GPU (the same activations as `inputs`;
+    /// constants in the GPU layout of `gpu::layout`); empty otherwise.
+    #[serde(default)]
+    pub gpu_operands: Vec<Option<usize>>,
 }
 
 /// A compiled model.
@@ -212,6 +246,9 @@ pub struct Artifact {
     pub steps: Vec<Step>,
     /// Threads the CPU parts were planned for.
     pub threads: usize,
+    /// The GPU the plan was made for; `None` when every step runs on the CPU.
+    #[serde(default)]
+    pub gpu: Option<crate::gpu::device::DeviceInfo>,
 }
 
 /// FNV-1a-style hash over 64-bit little-endian words (bytes for a tail), updated once with the
@@ -576,6 +613,77 @@ impl Artifact {
                 ));
             }
         }
-        crate::cpu::check::check_kernel(&step.kernel, &inputs, &outputs)
+        crate::cpu::check::check_kernel(&step.kernel, &inputs, &outputs)?;
+        self.validate_gpu_part(step)
+    }
+
+    /// The placement and the GPU operands: activations equal the CPU operands, constants have
+    /// the length of their GPU layout.
+    fn validate_gpu_part(&self, step: &Step) -> Result<(), String> {
+        let channels = crate::gpu::launch::split_channels(&step.kernel);
+        if let Placement::Split { gpu_channels } = step.placement {
+            match channels {
+                Some(c) if gpu_channels > 0 && gpu_channels < c => {}
+                Some(c) => {
+                    return Err(format!(
+                        "split with {gpu_channels} GPU channels of {c}: must be 1..{c}"
+                    ))
+                }
+                None => return Err("only conv, depthwise and fully connected can be split".into()),
+            }
+        }
+        if !step.placement.uses_gpu() {
+            return if step.gpu_operands.is_empty() {
+                Ok(())
+            } else {
+                Err("GPU operands on a CPU step".into())
+            };
+        }
+        let device = self
+            .gpu
+            .as_ref()
+            .ok_or("the step uses the GPU but the artifact names no GPU")?;
+        if step.gpu_operands.len() != step.inputs.len() {
+            return Err(format!(
+                "{} GPU operands for {} inputs",
+                step.gpu_operands.len(),
+                step.inputs.len()
+            ));
+        }
+        let range = step.placement.gpu_range(channels.unwrap_or(0));
+        let variant = crate::gpu::launch::decide(&step.kernel, range, device).variant;
+        let lengths = crate::gpu::layout::operand_lengths(&step.kernel, variant);
+        for (i, (gpu, cpu)) in step.gpu_operands.iter().zip(&step.inputs).enumerate() {
+            let Some(t) = gpu else {
+                if cpu.is_some() && lengths.get(i).copied().flatten().is_none() {
+                    return Err(format!("GPU operand {i} is missing"));
+                }
+                continue;
+            };
+            let desc = self.tensors.get(*t).ok_or_else(|| {
+                format!(
+                    "GPU operand {i}: tensor {t} does not exist ({} tensors)",
+                    self.tensors.len()
+                )
+            })?;
+            match (desc.storage.clone(), lengths.get(i).copied().flatten()) {
+                (Storage::Constant { .. }, Some(n)) if desc.elements() != n => {
+                    return Err(format!(
+                        "GPU operand {i} '{}' has {} elements, its GPU layout {n}",
+                        desc.name,
+                        desc.elements()
+                    ))
+                }
+                (Storage::Constant { .. }, _) => {}
+                (Storage::Arena { .. }, _) if Some(*t) != *cpu => {
+                    return Err(format!(
+                        "GPU operand {i} '{}' is an activation other than the CPU operand",
+                        desc.name
+                    ))
+                }
+                (Storage::Arena { .. }, _) => {}
+            }
+        }
+        Ok(())
     }
 }

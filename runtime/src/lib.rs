@@ -8,8 +8,10 @@
 pub mod artifact;
 pub mod cpu;
 pub mod dtype;
+pub mod gpu;
 pub mod npy;
 pub mod rng;
 pub mod session;
+pub mod sync;
 
 pub use dtype::DType;

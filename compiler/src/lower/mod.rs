@@ -236,6 +236,7 @@ impl<'g> Lowering<'g> {
             outputs,
             steps: self.steps,
             threads: options.threads.max(1),
+            gpu: None,
         };
         artifact
             .validate()
@@ -295,6 +296,7 @@ impl<'g> Lowering<'g> {
             inputs,
             outputs,
             placement: Placement::Cpu,
+            gpu_operands: Vec::new(),
         });
     }
 
