@@ -1,7 +1,8 @@
 //! `tandem compile` and `tandem run`: compiling to an artifact, and running a model on inputs
 //! from `.npy` files (or seeded random inputs), with optional timing.
 
-use crate::lower::{compile, CompileOptions};
+use crate::lower::{compile, CompileOptions, Plan};
+use tandem_runtime::gpu::device::DeviceInfo;
 use crate::tflite;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -10,14 +11,24 @@ use std::time::Instant;
 use tandem_runtime::artifact::Artifact;
 use tandem_runtime::npy::NpyArray;
 use tandem_runtime::rng::Rng;
-use tandem_runtime::session::{Model, Session};
+use tandem_runtime::session::{Model, Session, SessionOptions};
 use tandem_runtime::DType;
 
 /// Seed of the inputs `tandem run` makes up when given none (the zoo's seed).
 pub const DEFAULT_INPUT_SEED: u64 = 0x7A_4D_E3;
 
-/// Reads a `.tflite` file and compiles it.
+/// Reads a `.tflite` file and compiles it for the CPU.
 pub fn compile_file(path: &Path, threads: usize) -> Result<Artifact> {
+    compile_file_with(path, threads, &Plan::CpuOnly, None)
+}
+
+/// Reads a `.tflite` file and compiles it with `plan` for `gpu`.
+pub fn compile_file_with(
+    path: &Path,
+    threads: usize,
+    plan: &Plan,
+    gpu: Option<&DeviceInfo>,
+) -> Result<Artifact> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let graph =
         tflite::read_model(&bytes).with_context(|| format!("invalid model {}", path.display()))?;
@@ -30,15 +41,29 @@ pub fn compile_file(path: &Path, threads: usize) -> Result<Artifact> {
         &CompileOptions {
             threads,
             model_name: name,
+            plan: plan.clone(),
+            gpu: gpu.cloned(),
         },
     )
     .with_context(|| format!("cannot compile {}", path.display()))
 }
 
-/// Loads a `.tandem` artifact, or compiles a `.tflite` model in memory.
+/// Loads a `.tandem` artifact, or compiles a `.tflite` model for the CPU in memory.
 pub fn load_model(path: &Path, threads: usize) -> Result<Model> {
+    load_model_with(path, threads, &Plan::CpuOnly, None)
+}
+
+/// Loads a `.tandem` artifact, or compiles a `.tflite` model in memory with `plan`.
+pub fn load_model_with(
+    path: &Path,
+    threads: usize,
+    plan: &Plan,
+    gpu: Option<&DeviceInfo>,
+) -> Result<Model> {
     if path.extension().is_some_and(|e| e == "tflite") {
-        return Ok(Model::from_artifact(compile_file(path, threads)?));
+        return Ok(Model::from_artifact(compile_file_with(
+            path, threads, plan, gpu,
+        )?));
     }
     Model::load_file(path).with_context(|| format!("cannot load {}", path.display()))
 }
@@ -83,6 +108,12 @@ pub struct Latency {
 pub struct RunReport {
     pub model: String,
     pub threads: usize,
+    /// The OpenCL device used, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    /// Why the plan's GPU steps ran on the CPU (`--fallback-cpu`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
     pub outputs: Vec<OutputReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<Latency>,
@@ -97,15 +128,43 @@ pub struct OutputReport {
     pub path: Option<PathBuf>,
 }
 
+/// The plan a compilation asks for, and the GPU it is for: `gpu_device` (a JSON
+/// [`DeviceInfo`]) or this machine's OpenCL device when the plan uses the GPU.
+pub fn resolve_gpu(plan: &Plan, gpu_device: Option<&Path>) -> Result<Option<DeviceInfo>> {
+    if let Plan::SplitFraction(f) = plan {
+        if !(0.0..=1.0).contains(f) || f.is_nan() {
+            bail!("--split-fraction must be between 0 and 1, not {f}");
+        }
+    }
+    if let Some(path) = gpu_device {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let info: DeviceInfo = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a GPU description", path.display()))?;
+        return Ok(Some(info));
+    }
+    if *plan == Plan::CpuOnly {
+        return Ok(None);
+    }
+    match tandem_runtime::gpu::device::GpuDevice::open() {
+        Ok(dev) => Ok(Some(dev.info)),
+        Err(e) => bail!(
+            "this plan uses the GPU, but there is no OpenCL device to compile for ({e}); \
+             give --gpu-device FILE.json to compile for another device, or --cpu-only"
+        ),
+    }
+}
+
 /// Runs the model once (after `repeat` timed runs when `repeat > 0`) and writes the outputs.
 pub fn run_model(
     model: &Model,
     inputs: &[NpyArray],
-    threads: usize,
+    options: &SessionOptions,
     repeat: usize,
     output_dir: Option<&Path>,
 ) -> Result<RunReport> {
-    let mut session = Session::new(model, threads);
+    let threads = options.threads;
+    let mut session = Session::with_options(model, options.clone())?;
     for (i, (value, desc)) in inputs.iter().zip(model.inputs()).enumerate() {
         if value.dtype != DType::F32 || value.shape != desc.shape {
             bail!(
@@ -155,6 +214,8 @@ pub fn run_model(
     Ok(RunReport {
         model: model.artifact().model.clone(),
         threads,
+        gpu: session.gpu_device().map(|d| d.label()),
+        fallback: session.fallback_reason().map(str::to_string),
         outputs: reports,
         latency_ms,
     })

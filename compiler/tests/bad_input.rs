@@ -52,10 +52,7 @@ fn survives(bytes: &[u8]) -> bool {
         if let Ok(graph) = read_model(bytes) {
             let _ = inspect::report(&graph);
             let _ = tflite::write_model(&graph);
-            let options = tandem_compiler::lower::CompileOptions {
-                threads: 1,
-                model_name: String::new(),
-            };
+            let options = tandem_compiler::lower::CompileOptions::cpu(1, "");
             let _ = tandem_compiler::lower::compile(graph, &options);
         }
     }))

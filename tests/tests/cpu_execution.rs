@@ -17,10 +17,7 @@ use tandem_tests::{interpreter_run, read_inputs, read_outputs, relative_error, r
 const TOLERANCE: f32 = 1e-4;
 
 fn options(name: &str) -> CompileOptions {
-    CompileOptions {
-        threads: 1,
-        model_name: name.to_string(),
-    }
+    CompileOptions::cpu(1, name)
 }
 
 /// Compiles, encodes, decodes (as a file would be) and runs `graph` with `threads` threads.

@@ -77,10 +77,7 @@ pub fn bench_cpu(
             std::fs::write(&path, tflite::write_model(&graph)?)?;
             let artifact = compile(
                 graph.clone(),
-                &CompileOptions {
-                    threads,
-                    model_name: name.clone(),
-                },
+                &CompileOptions::cpu(threads, &name),
             )?;
             let model = Model::from_artifact(artifact);
             let inputs = tandem_models::inputs::seeded_inputs(&graph, tandem_models::SEED);

@@ -4,7 +4,9 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tandem_compiler::lower::Plan;
 use tandem_compiler::{inspect, run as runner, tflite};
+use tandem_runtime::session::{GpuMemory, SessionOptions, SyncMode};
 
 #[derive(Parser)]
 #[command(
@@ -37,9 +39,8 @@ enum Command {
         /// Output artifact (default: the model's path with extension `.tandem`).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Place every operator on the CPU (the only placement available so far).
-        #[arg(long)]
-        cpu_only: bool,
+        #[command(flatten)]
+        plan: PlanArgs,
         /// CPU threads to plan for.
         #[arg(long, default_value_t = 1)]
         threads: usize,
@@ -63,7 +64,102 @@ enum Command {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// The plan, when MODEL is a `.tflite` compiled in memory.
+        #[command(flatten)]
+        plan: PlanArgs,
+        #[command(flatten)]
+        exec: ExecArgs,
     },
+}
+
+/// Which device runs each operator (hand-made plans; the predicted plan comes with the
+/// planner). Without a flag every operator runs on the CPU.
+#[derive(clap::Args, Clone, Debug)]
+struct PlanArgs {
+    /// Every operator on the CPU.
+    #[arg(long, conflicts_with_all = ["gpu_only", "split_fraction", "split"])]
+    cpu_only: bool,
+    /// Every operator on the GPU.
+    #[arg(long, conflicts_with_all = ["split_fraction", "split"])]
+    gpu_only: bool,
+    /// Every conv, depthwise and fully-connected layer gets round(F·C) GPU output channels
+    /// (rounded to the GPU kernel's vector width); other operators run on the CPU.
+    #[arg(long, value_name = "F", conflicts_with = "split")]
+    split_fraction: Option<f64>,
+    /// GPU output channels for single nodes (node indices as `tandem inspect` prints them);
+    /// other operators run on the CPU.
+    #[arg(long, value_name = "NODE=G,…")]
+    split: Option<String>,
+    /// Compile for the GPU described in this JSON file instead of this machine's OpenCL device.
+    #[arg(long, value_name = "FILE.json")]
+    gpu_device: Option<PathBuf>,
+}
+
+impl PlanArgs {
+    fn plan(&self) -> Result<Plan> {
+        Ok(if self.gpu_only {
+            Plan::GpuOnly
+        } else if let Some(f) = self.split_fraction {
+            Plan::SplitFraction(f)
+        } else if let Some(nodes) = &self.split {
+            Plan::parse_nodes(nodes)?
+        } else {
+            Plan::CpuOnly
+        })
+    }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum SyncArg {
+    /// Flags in shared virtual memory polled by both devices.
+    Polling,
+    /// OpenCL events (clWaitForEvents).
+    Event,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum MemoryArg {
+    /// Fine-grained SVM when the device has it, else device buffers.
+    Auto,
+    /// Device buffers with explicit copies.
+    Buffers,
+}
+
+/// How a plan runs.
+#[derive(clap::Args, Clone, Debug)]
+struct ExecArgs {
+    /// How the devices wait for each other.
+    #[arg(long, value_enum, default_value = "polling")]
+    sync: SyncArg,
+    /// Where activations live when the GPU is used.
+    #[arg(long, value_enum, default_value = "auto")]
+    gpu_memory: MemoryArg,
+    /// Run on the CPU when the GPU is missing or fails (with a warning), instead of failing.
+    #[arg(long)]
+    fallback_cpu: bool,
+    /// Longest wait for the other device, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    deadline_ms: u64,
+}
+
+impl ExecArgs {
+    fn options(&self, threads: usize) -> SessionOptions {
+        SessionOptions {
+            threads,
+            sync: match self.sync {
+                SyncArg::Polling => SyncMode::Polling,
+                SyncArg::Event => SyncMode::EventWait,
+            },
+            memory: match self.gpu_memory {
+                MemoryArg::Auto => GpuMemory::Auto,
+                MemoryArg::Buffers => GpuMemory::Buffers,
+            },
+            cpu_only: false,
+            fallback_cpu: self.fallback_cpu,
+            deadline: std::time::Duration::from_millis(self.deadline_ms),
+            fault: None,
+        }
+    }
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -84,10 +180,12 @@ fn run(cli: Cli) -> Result<()> {
         Command::Compile {
             model,
             output,
-            cpu_only: _,
+            plan,
             threads,
         } => {
-            let artifact = runner::compile_file(&model, threads)?;
+            let p = plan.plan()?;
+            let gpu = runner::resolve_gpu(&p, plan.gpu_device.as_deref())?;
+            let artifact = runner::compile_file_with(&model, threads, &p, gpu.as_ref())?;
             let output = output.unwrap_or_else(|| model.with_extension("tandem"));
             let bytes = artifact.encode()?;
             std::fs::write(&output, &bytes)
@@ -108,11 +206,24 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             repeat,
             json,
+            plan,
+            exec,
         } => {
-            let loaded = runner::load_model(&model, threads)?;
+            let p = plan.plan()?;
+            let is_tflite = model.extension().is_some_and(|e| e == "tflite");
+            let gpu = if is_tflite {
+                runner::resolve_gpu(&p, plan.gpu_device.as_deref())?
+            } else {
+                None
+            };
+            let loaded = runner::load_model_with(&model, threads, &p, gpu.as_ref())?;
             let values = runner::inputs_for(&loaded, &inputs)?;
+            let options = exec.options(threads);
             let report =
-                runner::run_model(&loaded, &values, threads, repeat, output_dir.as_deref())?;
+                runner::run_model(&loaded, &values, &options, repeat, output_dir.as_deref())?;
+            if let Some(reason) = &report.fallback {
+                eprintln!("warning: the plan's GPU steps ran on the CPU: {reason}");
+            }
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

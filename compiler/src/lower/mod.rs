@@ -2,6 +2,9 @@
 //! weights, and the memory plan.
 
 mod memory;
+mod placement;
+
+pub use placement::Plan;
 
 use crate::ir::op::TransposeConv;
 use crate::ir::shape::{normalize_axis, resolve_strided_slice, same_padding};
@@ -32,6 +35,22 @@ pub struct CompileOptions {
     pub threads: usize,
     /// Name recorded in the artifact.
     pub model_name: String,
+    /// Which device runs each step.
+    pub plan: Plan,
+    /// The GPU the plan is made for (needed by every plan but `Plan::CpuOnly`).
+    pub gpu: Option<tandem_runtime::gpu::device::DeviceInfo>,
+}
+
+impl CompileOptions {
+    /// CPU-only compilation for `threads` threads.
+    pub fn cpu(threads: usize, model_name: &str) -> Self {
+        CompileOptions {
+            threads,
+            model_name: model_name.to_string(),
+            plan: Plan::CpuOnly,
+            gpu: None,
+        }
+    }
 }
 
 /// Prepares (passes) and lowers `graph` into an artifact that runs on the CPU.
@@ -81,6 +100,10 @@ struct Lowering<'g> {
     /// IR tensor → artifact tensor (for tensors used as-is).
     mapped: HashMap<TensorId, usize>,
     steps: Vec<Step>,
+    /// The graph node each step comes from.
+    step_nodes: Vec<NodeIndex>,
+    /// The node being lowered.
+    current: NodeIndex,
 }
 
 fn activation(a: IrActivation) -> Result<Activation> {
@@ -107,6 +130,8 @@ impl<'g> Lowering<'g> {
             weights: Vec::new(),
             mapped: HashMap::new(),
             steps: Vec::new(),
+            step_nodes: Vec::new(),
+            current: NodeIndex::end(),
         }
     }
 
@@ -204,6 +229,7 @@ impl<'g> Lowering<'g> {
         for node in graph.execution_order()? {
             let n = &graph.dag[node];
             let name = format!("{} #{}", n.op.type_name(), node.index());
+            self.current = node;
             self.lower_node(node, &name)
                 .with_context(|| format!("operator {} ({})", node.index(), n.op.type_name()))?;
         }
@@ -224,7 +250,9 @@ impl<'g> Lowering<'g> {
                 self.tensors[o].name
             );
         }
+        self.place(options)?;
         let arena_bytes = self.plan_memory(&inputs, &outputs);
+        let uses_gpu = self.steps.iter().any(|s| s.placement.uses_gpu());
         let artifact = Artifact {
             producer: format!("tandem {}", env!("CARGO_PKG_VERSION")),
             model: options.model_name.clone(),
@@ -236,7 +264,7 @@ impl<'g> Lowering<'g> {
             outputs,
             steps: self.steps,
             threads: options.threads.max(1),
-            gpu: None,
+            gpu: uses_gpu.then(|| options.gpu.clone()).flatten(),
         };
         artifact
             .validate()
@@ -298,6 +326,7 @@ impl<'g> Lowering<'g> {
             placement: Placement::Cpu,
             gpu_operands: Vec::new(),
         });
+        self.step_nodes.push(self.current);
     }
 
     fn lower_node(&mut self, node: NodeIndex, name: &str) -> Result<()> {

@@ -3,7 +3,9 @@
 // flags[2] = abort (set by the host to release every spinning kernel), flags[3] = status
 // (1 when a wait gave up after `max_spins`).
 
-#if __OPENCL_C_VERSION__ >= 200
+// C11 atomics with the all-SVM-devices scope where the device has them (OpenCL C 2.0, or 3.0
+// with the optional feature); OpenCL 1.x atomics otherwise (PoCL on a CPU: one coherent memory).
+#if (__OPENCL_C_VERSION__ == 200) || defined(__opencl_c_atomic_scope_all_devices)
 #define LOAD_FLAG(p) atomic_load_explicit((volatile __global atomic_int*)(p), memory_order_acquire, memory_scope_all_svm_devices)
 #define STORE_FLAG(p, v) atomic_store_explicit((volatile __global atomic_int*)(p), (v), memory_order_release, memory_scope_all_svm_devices)
 #else
