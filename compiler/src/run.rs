@@ -2,13 +2,13 @@
 //! from `.npy` files (or seeded random inputs), with optional timing.
 
 use crate::lower::{compile, CompileOptions, Plan};
-use tandem_runtime::gpu::device::DeviceInfo;
 use crate::tflite;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tandem_runtime::artifact::Artifact;
+use tandem_runtime::gpu::device::DeviceInfo;
 use tandem_runtime::npy::NpyArray;
 use tandem_runtime::rng::Rng;
 use tandem_runtime::session::{Model, Session, SessionOptions};

@@ -135,14 +135,13 @@ pub fn demo(root: &Path) -> Result<()> {
 
     let loaded = tandem_runtime::session::Model::load_file(&artifact_path)?;
     let inputs = tandem_models::inputs::seeded_inputs(&graph, tandem_models::SEED);
-    let report =
-        tandem_compiler::run::run_model(
-            &loaded,
-            &inputs,
-            &tandem_runtime::session::SessionOptions::default(),
-            20,
-            Some(&out.join("demo_outputs")),
-        )?;
+    let report = tandem_compiler::run::run_model(
+        &loaded,
+        &inputs,
+        &tandem_runtime::session::SessionOptions::default(),
+        20,
+        Some(&out.join("demo_outputs")),
+    )?;
     let latency = report.latency_ms.context("no timing")?;
     let ours = tandem_runtime::npy::NpyArray::parse(&std::fs::read(
         out.join("demo_outputs/output_0.npy"),

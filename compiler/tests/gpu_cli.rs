@@ -1,0 +1,91 @@
+//! The CLI with GPU plans where the GPU is missing or is not the one the artifact was compiled
+//! for: a clear error, or CPU execution with `--fallback-cpu`. Needs an OpenCL device (PoCL).
+
+use std::path::Path;
+use std::process::Command;
+use tandem_runtime::gpu::device::GpuDevice;
+
+fn tandem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+}
+
+fn compile_cli(model: &Path, out: &Path, extra: &[&str]) {
+    let status = tandem()
+        .arg("compile")
+        .arg(model)
+        .arg("-o")
+        .arg(out)
+        .args(extra)
+        .output()
+        .expect("tandem runs");
+    assert!(
+        status.status.success(),
+        "compile failed: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+}
+
+#[test]
+fn missing_device_and_foreign_artifacts_are_errors_unless_falling_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/fixtures/mobile_block_fp32.tflite");
+    let plan = dir.path().join("split.tandem");
+    compile_cli(&model, &plan, &["--split-fraction", "0.5"]);
+    // A machine without OpenCL devices: the ICD loader finds no vendor.
+    let empty = dir.path().join("no-vendors");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let no_device = |args: &[&str]| {
+        tandem()
+            .arg("run")
+            .arg(&plan)
+            .args(args)
+            .arg("--output-dir")
+            .arg(dir.path().join("out"))
+            .env("OCL_ICD_VENDORS", &empty)
+            .output()
+            .expect("tandem runs")
+    };
+    let out = no_device(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("no GPU") && err.contains("OpenCL"), "{err}");
+    let out = no_device(&["--fallback-cpu"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ran on the CPU"));
+    // An artifact compiled for another GPU.
+    let mut other = GpuDevice::open()
+        .expect("an OpenCL device (pocl-opencl-icd)")
+        .info;
+    other.name = "Adreno (TM) 740".into();
+    let json = dir.path().join("other.json");
+    std::fs::write(&json, serde_json::to_string(&other).expect("json")).expect("write");
+    let foreign = dir.path().join("foreign.tandem");
+    compile_cli(
+        &model,
+        &foreign,
+        &["--gpu-only", "--gpu-device", json.to_str().expect("utf-8")],
+    );
+    let out = tandem().arg("run").arg(&foreign).output().expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("compiled for") && err.contains("Adreno"),
+        "{err}"
+    );
+    let out = tandem()
+        .arg("run")
+        .arg(&foreign)
+        .arg("--fallback-cpu")
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
