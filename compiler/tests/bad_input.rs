@@ -54,7 +54,7 @@ fn survives(bytes: &[u8]) -> bool {
             let _ = tflite::write_model(&graph);
             let options = tandem_compiler::lower::CompileOptions {
                 threads: 1,
-                model_name: String::new(),
+                ..Default::default()
             };
             let _ = tandem_compiler::lower::compile(graph, &options);
         }

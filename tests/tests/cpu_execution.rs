@@ -20,6 +20,7 @@ fn options(name: &str) -> CompileOptions {
     CompileOptions {
         threads: 1,
         model_name: name.to_string(),
+        ..Default::default()
     }
 }
 

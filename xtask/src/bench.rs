@@ -80,6 +80,7 @@ pub fn bench_cpu(
                 &CompileOptions {
                     threads,
                     model_name: name.clone(),
+                    ..Default::default()
                 },
             )?;
             let model = Model::from_artifact(artifact);

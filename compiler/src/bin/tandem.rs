@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tandem_compiler::passes::RefactorDepthwise;
 use tandem_compiler::{inspect, run as runner, tflite};
 
 #[derive(Parser)]
@@ -43,6 +44,14 @@ enum Command {
         /// CPU threads to plan for.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Depthwise convolutions as block-diagonal convolutions: off, auto (planner's choice;
+        /// native until the planner lands), full (one dense CONV_2D each) or a group size G.
+        #[arg(long, default_value = "auto")]
+        refactor_depthwise: RefactorDepthwise,
+        /// Also write the graph that gets compiled (after the passes and the refactorization) as
+        /// a .tflite file.
+        #[arg(long, value_name = "OUT.tflite")]
+        emit_tflite: Option<PathBuf>,
     },
     /// Run a .tandem artifact (or a .tflite model, compiled in memory) on .npy inputs.
     Run {
@@ -63,6 +72,9 @@ enum Command {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// For a .tflite model: depthwise refactorization, as for `compile`.
+        #[arg(long, default_value = "auto")]
+        refactor_depthwise: RefactorDepthwise,
     },
 }
 
@@ -86,8 +98,17 @@ fn run(cli: Cli) -> Result<()> {
             output,
             cpu_only: _,
             threads,
+            refactor_depthwise,
+            emit_tflite,
         } => {
-            let artifact = runner::compile_file(&model, threads)?;
+            if let Some(out) = &emit_tflite {
+                let rewritten = runner::emit_tflite(&model, refactor_depthwise, out)?;
+                println!(
+                    "wrote {} ({rewritten} depthwise convolutions refactorized)",
+                    out.display()
+                );
+            }
+            let artifact = runner::compile_file(&model, threads, refactor_depthwise)?;
             let output = output.unwrap_or_else(|| model.with_extension("tandem"));
             let bytes = artifact.encode()?;
             std::fs::write(&output, &bytes)
@@ -108,8 +129,9 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             repeat,
             json,
+            refactor_depthwise,
         } => {
-            let loaded = runner::load_model(&model, threads)?;
+            let loaded = runner::load_model(&model, threads, refactor_depthwise)?;
             let values = runner::inputs_for(&loaded, &inputs)?;
             let report =
                 runner::run_model(&loaded, &values, threads, repeat, output_dir.as_deref())?;

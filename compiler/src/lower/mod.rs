@@ -9,7 +9,7 @@ use crate::ir::{
     Activation as IrActivation, BinaryKind as IrBinary, Graph, Op, Padding, TensorId,
     UnaryKind as IrUnary,
 };
-use crate::passes;
+use crate::passes::{self, RefactorDepthwise};
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use petgraph::stable_graph::NodeIndex;
 use std::collections::HashMap;
@@ -25,18 +25,23 @@ use tandem_runtime::cpu::transpose_conv::{pack_transpose_conv_weights, Transpose
 use tandem_runtime::cpu::Activation;
 use tandem_runtime::DType;
 
-/// Options of a compilation.
-#[derive(Debug, Clone)]
+/// Options of a compilation. The default plans for one thread and leaves depthwise decisions to
+/// [`RefactorDepthwise::Auto`].
+#[derive(Debug, Clone, Default)]
 pub struct CompileOptions {
     /// CPU threads the artifact is planned for (the runtime may be told otherwise).
     pub threads: usize,
     /// Name recorded in the artifact.
     pub model_name: String,
+    /// Which depthwise convolutions become block-diagonal (grouped) convolutions.
+    pub refactor_depthwise: RefactorDepthwise,
 }
 
-/// Prepares (passes) and lowers `graph` into an artifact that runs on the CPU.
+/// Prepares (passes, then the depthwise refactorization the options ask for) and lowers `graph`
+/// into an artifact that runs on the CPU.
 pub fn compile(mut graph: Graph, options: &CompileOptions) -> Result<Artifact> {
     passes::prepare(&mut graph)?;
+    passes::refactor_depthwise(&mut graph, options.refactor_depthwise)?;
     reject_quantized(&graph)?;
     Lowering::new(&graph).run(options)
 }
