@@ -413,7 +413,10 @@ mod tests {
         let n = &graph.dag[node];
         assert!(matches!(n.op, Op::Conv2d(_)));
         assert_eq!(n.version, 6);
-        assert_eq!(graph.input(node, 1).expect("filter").shape, vec![8, 3, 3, 4]);
+        assert_eq!(
+            graph.input(node, 1).expect("filter").shape,
+            vec![8, 3, 3, 4]
+        );
         let bias = graph.input(node, 2).expect("bias");
         assert_eq!(bias.f32_values(), Some(vec![0.0; 8]));
     }
@@ -457,8 +460,8 @@ mod tests {
         for g in [3, 5, 12] {
             let (mut graph, w) = depthwise_graph(4, 1, true);
             let before = graph.tensor(w).clone();
-            let err = refactor_depthwise(&mut graph, RefactorDepthwise::Group(g))
-                .expect_err("must fail");
+            let err =
+                refactor_depthwise(&mut graph, RefactorDepthwise::Group(g)).expect_err("must fail");
             let text = format!("{err:#}");
             assert!(
                 text.contains("DEPTHWISE_CONV_2D, output 'y'")
@@ -524,7 +527,10 @@ mod tests {
         ] {
             let parsed: RefactorDepthwise = text.parse().expect("parses");
             assert_eq!(parsed, mode);
-            assert_eq!(parsed.to_string().parse::<RefactorDepthwise>().ok(), Some(mode));
+            assert_eq!(
+                parsed.to_string().parse::<RefactorDepthwise>().ok(),
+                Some(mode)
+            );
         }
         for bad in ["0", "-4", "half", ""] {
             assert!(bad.parse::<RefactorDepthwise>().is_err(), "{bad}");
