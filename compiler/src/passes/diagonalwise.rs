@@ -118,9 +118,16 @@ pub fn candidate_group_sizes(graph: &Graph, node: NodeIndex) -> Result<Vec<usize
 /// input channels, weights or bias that are not dense FLOAT32 constants, inconsistent shapes.
 /// Nothing is changed when an error is returned.
 pub fn refactor_depthwise(graph: &mut Graph, mode: RefactorDepthwise) -> Result<usize> {
-    if matches!(mode, RefactorDepthwise::Off | RefactorDepthwise::Auto) {
-        return Ok(0);
-    }
+    refactor_depthwise_per_node(graph, |_, _| mode)
+}
+
+/// [`refactor_depthwise`] with a mode chosen per depthwise node by `choose` (called once per
+/// node, in execution order, on the unchanged graph): how a planner applies its decisions.
+/// [`RefactorDepthwise::Off`] and [`RefactorDepthwise::Auto`] keep the node native.
+pub fn refactor_depthwise_per_node(
+    graph: &mut Graph,
+    mut choose: impl FnMut(&Graph, NodeIndex) -> RefactorDepthwise,
+) -> Result<usize> {
     let nodes: Vec<NodeIndex> = graph
         .execution_order()?
         .into_iter()
@@ -128,19 +135,27 @@ pub fn refactor_depthwise(graph: &mut Graph, mode: RefactorDepthwise) -> Result<
         .collect();
     // Plan every node first so that a bad one leaves the graph untouched.
     let mut plans = Vec::with_capacity(nodes.len());
-    for &node in &nodes {
-        let group = match mode {
+    for node in nodes {
+        let group = match choose(graph, node) {
+            RefactorDepthwise::Off | RefactorDepthwise::Auto => continue,
+            RefactorDepthwise::Full => None,
             RefactorDepthwise::Group(g) => Some(g),
-            _ => None,
         };
-        plans.push(plan(graph, node, group).with_context(|| describe(graph, node))?);
+        plans.push((
+            node,
+            plan(graph, node, group).with_context(|| describe(graph, node))?,
+        ));
     }
-    for (node, plan) in nodes.iter().zip(plans) {
-        apply(graph, *node, plan);
+    if plans.is_empty() {
+        return Ok(0);
+    }
+    let count = plans.len();
+    for (node, plan) in plans {
+        apply(graph, node, plan);
     }
     graph.rebuild_edges()?;
     shape::infer_graph(graph).context("shapes after diagonalwise refactorization")?;
-    Ok(nodes.len())
+    Ok(count)
 }
 
 /// "operator 7 (DEPTHWISE_CONV_2D, output 'x')" for error messages.
@@ -443,6 +458,34 @@ mod tests {
             assert_ne!(filter, w);
             assert_eq!(graph.tensor(filter).shape, vec![4, 3, 3, 2]);
         }
+    }
+
+    #[test]
+    fn per_node_choices_rewrite_only_the_chosen_nodes() {
+        let (mut graph, w) = depthwise_graph(4, 1, true);
+        let x = graph.inputs[0];
+        let first = graph.dag.node_indices().next().expect("node");
+        let op = graph.dag[first].op.clone();
+        let y2 = graph.add_tensor(Tensor::new("y2", DType::F32, vec![1, 3, 3, 4]));
+        let second = graph
+            .add_node(op, vec![Some(x), Some(w), None], vec![y2])
+            .expect("adds");
+        graph.outputs.push(y2);
+        let rewritten = refactor_depthwise_per_node(&mut graph, |_, n| {
+            if n == second {
+                RefactorDepthwise::Group(2)
+            } else {
+                RefactorDepthwise::Auto
+            }
+        })
+        .expect("rewrites");
+        assert_eq!(rewritten, 1);
+        assert!(matches!(graph.dag[first].op, Op::DepthwiseConv2d(_)));
+        assert!(matches!(graph.dag[second].op, Op::Conv2d(_)));
+        assert_eq!(
+            graph.input(second, 1).expect("filter").shape,
+            vec![4, 3, 3, 2]
+        );
     }
 
     #[test]
