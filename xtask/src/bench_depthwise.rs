@@ -109,10 +109,7 @@ fn single_layer(graph: &Graph, node: petgraph::stable_graph::NodeIndex) -> Resul
     let x = b.input("x", x.dtype, &x.shape);
     let mut inputs = vec![Some(x)];
     for slot in 1..n.inputs.len() {
-        inputs.push(match graph.input(node, slot) {
-            Some(t) => Some(b.tensor(t.clone())),
-            None => None,
-        });
+        inputs.push(graph.input(node, slot).map(|t| b.tensor(t.clone())));
     }
     let y = b.op(n.op.clone(), &inputs, 1)?[0];
     b.output(y);

@@ -99,7 +99,7 @@ pub fn candidate_group_sizes(graph: &Graph, node: NodeIndex) -> Result<Vec<usize
     let mut sizes: Vec<usize> = CANDIDATE_GROUP_SIZES
         .iter()
         .copied()
-        .filter(|&g| g < c && c % g == 0)
+        .filter(|&g| g < c && c.is_multiple_of(g))
         .collect();
     sizes.push(c);
     Ok(sizes)
@@ -214,12 +214,12 @@ fn plan(graph: &Graph, node: NodeIndex, group: Option<usize>) -> Result<Plan> {
         filter.shape[3],
     ];
     ensure!(
-        c > 0 && cm > 0 && cm % c == 0,
+        c > 0 && cm > 0 && cm.is_multiple_of(c),
         "filter has {cm} output channels, not a positive multiple of the input's {c}"
     );
     let g = group.unwrap_or(c);
     ensure!(
-        g > 0 && g <= c && c % g == 0,
+        g > 0 && g <= c && c.is_multiple_of(g),
         "group size {g} does not divide the {c} input channels (divisors of {c}: {})",
         divisors(c)
             .iter()
@@ -333,7 +333,7 @@ pub fn block_diagonal_weights(
 }
 
 fn divisors(n: usize) -> Vec<usize> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|&d| n.is_multiple_of(d)).collect()
 }
 
 #[cfg(test)]
