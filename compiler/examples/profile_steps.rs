@@ -10,7 +10,10 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or("zoo/mobilenet_v2.tflite"),
     );
     let threads = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(1);
-    let model = Model::from_artifact(compile_file(&path, threads)?);
+    let model = Model::from_artifact(compile_file(
+        &path,
+        &tandem_compiler::lower::CompileOptions::cpu(threads, ""),
+    )?);
     let inputs = inputs_for(&model, &[])?;
     let mut session = Session::new(&model, threads);
     let mut total: Vec<(String, f64)> = session.step_times(&inputs)?;

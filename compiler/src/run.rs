@@ -1,7 +1,9 @@
 //! `tandem compile` and `tandem run`: compiling to an artifact, and running a model on inputs
 //! from `.npy` files (or seeded random inputs), with optional timing.
 
+use crate::ir::Graph;
 use crate::lower::{compile, CompileOptions, Plan};
+use crate::passes::{self, RefactorDepthwise};
 use crate::tflite;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -17,53 +19,44 @@ use tandem_runtime::DType;
 /// Seed of the inputs `tandem run` makes up when given none (the zoo's seed).
 pub const DEFAULT_INPUT_SEED: u64 = 0x7A_4D_E3;
 
-/// Reads a `.tflite` file and compiles it for the CPU.
-pub fn compile_file(path: &Path, threads: usize) -> Result<Artifact> {
-    compile_file_with(path, threads, &Plan::CpuOnly, None)
-}
-
-/// Reads a `.tflite` file and compiles it with `plan` for `gpu`.
-pub fn compile_file_with(
-    path: &Path,
-    threads: usize,
-    plan: &Plan,
-    gpu: Option<&DeviceInfo>,
-) -> Result<Artifact> {
+/// Reads a `.tflite` file into the graph IR.
+pub fn read_file(path: &Path) -> Result<Graph> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let graph =
-        tflite::read_model(&bytes).with_context(|| format!("invalid model {}", path.display()))?;
-    let name = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    compile(
-        graph,
-        &CompileOptions {
-            threads,
-            model_name: name,
-            plan: plan.clone(),
-            gpu: gpu.cloned(),
-        },
-    )
-    .with_context(|| format!("cannot compile {}", path.display()))
+    tflite::read_model(&bytes).with_context(|| format!("invalid model {}", path.display()))
 }
 
-/// Loads a `.tandem` artifact, or compiles a `.tflite` model for the CPU in memory.
-pub fn load_model(path: &Path, threads: usize) -> Result<Model> {
-    load_model_with(path, threads, &Plan::CpuOnly, None)
+/// Reads a `.tflite` file and compiles it with `options` (the model name defaults to the file
+/// name).
+pub fn compile_file(path: &Path, options: &CompileOptions) -> Result<Artifact> {
+    let graph = read_file(path)?;
+    let mut options = options.clone();
+    if options.model_name.is_empty() {
+        options.model_name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+    }
+    compile(graph, &options).with_context(|| format!("cannot compile {}", path.display()))
 }
 
-/// Loads a `.tandem` artifact, or compiles a `.tflite` model in memory with `plan`.
-pub fn load_model_with(
-    path: &Path,
-    threads: usize,
-    plan: &Plan,
-    gpu: Option<&DeviceInfo>,
-) -> Result<Model> {
+/// Writes the graph that [`compile_file`] lowers — the `.tflite` at `path` after the passes and
+/// the depthwise refactorization `refactor` — as a `.tflite` file at `out`, which the official
+/// interpreter loads. Returns how many depthwise convolutions were rewritten.
+pub fn emit_tflite(path: &Path, refactor: RefactorDepthwise, out: &Path) -> Result<usize> {
+    let mut graph = read_file(path)?;
+    passes::prepare(&mut graph).with_context(|| format!("cannot prepare {}", path.display()))?;
+    let rewritten = passes::refactor_depthwise(&mut graph, refactor)
+        .with_context(|| format!("cannot refactorize {}", path.display()))?;
+    let bytes = tflite::write_model(&graph)?;
+    std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    Ok(rewritten)
+}
+
+/// Loads a `.tandem` artifact, or compiles a `.tflite` model in memory with `options`
+/// (artifacts are already compiled and ignore them).
+pub fn load_model(path: &Path, options: &CompileOptions) -> Result<Model> {
     if path.extension().is_some_and(|e| e == "tflite") {
-        return Ok(Model::from_artifact(compile_file_with(
-            path, threads, plan, gpu,
-        )?));
+        return Ok(Model::from_artifact(compile_file(path, options)?));
     }
     Model::load_file(path).with_context(|| format!("cannot load {}", path.display()))
 }

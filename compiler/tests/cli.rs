@@ -201,3 +201,83 @@ fn dispatch_json_lists_kernels_per_op() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("adreno-740"));
 }
+
+#[test]
+fn refactor_depthwise_emits_a_tflite_without_depthwise_ops() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let emitted = dir.path().join("grouped.tflite");
+    // The fp16 fixture's depthwise filter sits behind DEQUANTIZE: the passes fold it first.
+    let out = tandem()
+        .arg("compile")
+        .arg(fixture("mobile_block_fp16.tflite"))
+        .arg("-o")
+        .arg(dir.path().join("m.tandem"))
+        .args(["--refactor-depthwise", "4", "--emit-tflite"])
+        .arg(&emitted)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 depthwise convolutions refactorized"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = tandem()
+        .args(["inspect", "--json"])
+        .arg(&emitted)
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(
+        json["op_counts"]["DEPTHWISE_CONV_2D"],
+        serde_json::Value::Null
+    );
+    assert_eq!(json["op_counts"]["CONV_2D"], 3);
+    let ops = json["ops"].as_array().expect("ops");
+    let grouped = ops
+        .iter()
+        .find(|o| o["type"] == "CONV_2D" && o["inputs"][1] == serde_json::json!([16, 3, 3, 4]))
+        .expect("a grouped conv with 4 input channels per group");
+    assert_eq!(grouped["outputs"][0], serde_json::json!([1, 16, 16, 16]));
+}
+
+#[test]
+fn a_group_size_that_does_not_divide_the_channels_fails_naming_the_operator() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for mode in ["3", "32"] {
+        let out = tandem()
+            .arg("run")
+            .arg(fixture("mobile_block_fp32.tflite"))
+            .args(["--refactor-depthwise", mode])
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("DEPTHWISE_CONV_2D")
+                && err.contains(&format!(
+                    "group size {mode} does not divide the 16 input channels"
+                )),
+            "{err}"
+        );
+    }
+    let out = tandem()
+        .arg("compile")
+        .arg(fixture("mobile_block_fp32.tflite"))
+        .arg("-o")
+        .arg(dir.path().join("m.tandem"))
+        .args(["--refactor-depthwise", "zero"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a depthwise refactorization mode"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -11,6 +11,6 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(graph) = tflite::read_model(data) {
         let _ = inspect::report(&graph);
         let _ = tflite::write_model(&graph);
-        let _ = compile(graph, &CompileOptions { threads: 1, model_name: String::new() });
+        let _ = compile(graph, &CompileOptions { threads: 1, ..Default::default() });
     }
 });

@@ -1013,7 +1013,7 @@ fn wait_event(ev: &Event, deadline: Instant, what: &str) -> Result<(), GpuError>
             )));
         }
         polls = polls.wrapping_add(1);
-        if polls % 256 == 0 && Instant::now() >= deadline {
+        if polls.is_multiple_of(256) && Instant::now() >= deadline {
             return Err(GpuError::Deadline {
                 deadline_ms: 0,
                 waiting: format!("waiting for {what}"),

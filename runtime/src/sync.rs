@@ -122,7 +122,7 @@ pub fn spin_until(
             return Err(SpinError::Aborted);
         }
         polls = polls.wrapping_add(1);
-        if polls % 1024 == 0 && Instant::now() >= deadline {
+        if polls.is_multiple_of(1024) && Instant::now() >= deadline {
             return Err(SpinError::Deadline);
         }
         if polls < 20_000 {

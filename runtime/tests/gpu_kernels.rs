@@ -225,6 +225,7 @@ fn out_size(input: usize, k: usize, stride: usize, dilation: usize, same: bool) 
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn conv_case(
     rng: &mut Rng,
     n: usize,
@@ -469,7 +470,7 @@ fn random_convolutions_match_the_cpu() {
         let stride = pick(&mut rng, &[1, 2, 3]);
         let dilation = pick(&mut rng, &[1, 1, 2]);
         let hw = [pick(&mut rng, &[7, 8, 13]), pick(&mut rng, &[6, 9, 12])];
-        let same = rng.next_u64() % 2 == 0;
+        let same = rng.next_u64().is_multiple_of(2);
         let case = conv_case(
             &mut rng,
             1,
@@ -488,6 +489,7 @@ fn random_convolutions_match_the_cpu() {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn depthwise_case(
     rng: &mut Rng,
     hw: [usize; 2],

@@ -165,7 +165,7 @@ fn random_split_points_per_operator_agree() {
             );
             let model = compile_plan(graph(), plan.clone(), Some(dev.clone()));
             let options = SessionOptions {
-                sync: if rng.next_u64() % 2 == 0 {
+                sync: if rng.next_u64().is_multiple_of(2) {
                     SyncMode::Polling
                 } else {
                     SyncMode::EventWait

@@ -146,7 +146,7 @@ fn render(rows: &[Row], samples: usize) -> String {
 
 /// Replaces the text between `<!-- BEGIN {marker} -->` and `<!-- END {marker} -->` in `path`
 /// (appending the section if it is missing).
-fn write_section(path: &Path, marker: &str, body: &str) -> Result<()> {
+pub(crate) fn write_section(path: &Path, marker: &str, body: &str) -> Result<()> {
     let (begin, end) = (
         format!("<!-- BEGIN {marker} -->"),
         format!("<!-- END {marker} -->"),

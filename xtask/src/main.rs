@@ -2,6 +2,7 @@
 //! outputs, the demo, the tests and fuzzing.
 
 mod bench;
+mod bench_depthwise;
 mod codegen;
 mod fuzz;
 mod setup;
@@ -44,9 +45,10 @@ enum Task {
     Demo,
     /// Run every test (installs what they need first).
     Test,
-    /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo).
+    /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo;
+    /// `depthwise`: diagonalwise refactorization against native depthwise on MobileNetV1/V2).
     Bench {
-        /// What to benchmark: `cpu`.
+        /// What to benchmark: `cpu` or `depthwise`.
         what: String,
         /// Zoo models (default: mobilenet_v2, resnet18, resnet34, inception_v3, vgg16).
         #[arg(long, value_delimiter = ',')]
@@ -103,8 +105,11 @@ fn run(task: Task) -> Result<()> {
             runs,
             json,
         } => {
+            if what == "depthwise" {
+                return bench_depthwise::bench_depthwise(&root, rounds, runs, json);
+            }
             if what != "cpu" {
-                anyhow::bail!("unknown benchmark '{what}'; available: cpu");
+                anyhow::bail!("unknown benchmark '{what}'; available: cpu, depthwise");
             }
             let models = if models.is_empty() {
                 [

@@ -124,7 +124,7 @@ pub fn demo(root: &Path) -> Result<()> {
     print!("{}", inspect::render_table(&inspect::report(&graph)?));
 
     let artifact_path = out.join("mobilenet_v2.tandem");
-    let artifact = tandem_compiler::run::compile_file(&path, 1)?;
+    let artifact = tandem_compiler::run::compile_file(&path, &Default::default())?;
     std::fs::write(&artifact_path, artifact.encode()?)?;
     println!(
         "\n== tandem compile → {} ({} steps, arena {:.1} MB)",

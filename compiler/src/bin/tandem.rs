@@ -4,7 +4,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tandem_compiler::lower::Plan;
+use tandem_compiler::lower::{CompileOptions, Plan};
+use tandem_compiler::passes::RefactorDepthwise;
 use tandem_compiler::{inspect, run as runner, tflite};
 use tandem_runtime::session::{GpuMemory, SessionOptions, SyncMode};
 
@@ -44,6 +45,14 @@ enum Command {
         /// CPU threads to plan for.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Depthwise convolutions as block-diagonal convolutions: off, auto (planner's choice;
+        /// native until the planner lands), full (one dense CONV_2D each) or a group size G.
+        #[arg(long, default_value = "auto")]
+        refactor_depthwise: RefactorDepthwise,
+        /// Also write the graph that gets compiled (after the passes and the refactorization) as
+        /// a .tflite file.
+        #[arg(long, value_name = "OUT.tflite")]
+        emit_tflite: Option<PathBuf>,
     },
     /// Run a .tandem artifact (or a .tflite model, compiled in memory) on .npy inputs.
     Run {
@@ -69,6 +78,9 @@ enum Command {
         plan: PlanArgs,
         #[command(flatten)]
         exec: ExecArgs,
+        /// For a .tflite model: depthwise refactorization, as for `compile`.
+        #[arg(long, default_value = "auto")]
+        refactor_depthwise: RefactorDepthwise,
     },
 }
 
@@ -182,10 +194,26 @@ fn run(cli: Cli) -> Result<()> {
             output,
             plan,
             threads,
+            refactor_depthwise,
+            emit_tflite,
         } => {
             let p = plan.plan()?;
             let gpu = runner::resolve_gpu(&p, plan.gpu_device.as_deref())?;
-            let artifact = runner::compile_file_with(&model, threads, &p, gpu.as_ref())?;
+            if let Some(out) = &emit_tflite {
+                let rewritten = runner::emit_tflite(&model, refactor_depthwise, out)?;
+                println!(
+                    "wrote {} ({rewritten} depthwise convolutions refactorized)",
+                    out.display()
+                );
+            }
+            let options = CompileOptions {
+                threads,
+                plan: p,
+                gpu,
+                refactor_depthwise,
+                ..Default::default()
+            };
+            let artifact = runner::compile_file(&model, &options)?;
             let output = output.unwrap_or_else(|| model.with_extension("tandem"));
             let bytes = artifact.encode()?;
             std::fs::write(&output, &bytes)
@@ -208,6 +236,7 @@ fn run(cli: Cli) -> Result<()> {
             json,
             plan,
             exec,
+            refactor_depthwise,
         } => {
             let p = plan.plan()?;
             let is_tflite = model.extension().is_some_and(|e| e == "tflite");
@@ -216,7 +245,14 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 None
             };
-            let loaded = runner::load_model_with(&model, threads, &p, gpu.as_ref())?;
+            let compile_options = CompileOptions {
+                threads,
+                plan: p,
+                gpu,
+                refactor_depthwise,
+                ..Default::default()
+            };
+            let loaded = runner::load_model(&model, &compile_options)?;
             let values = runner::inputs_for(&loaded, &inputs)?;
             let options = exec.options(threads);
             let report =

@@ -12,7 +12,7 @@ use crate::ir::{
     Activation as IrActivation, BinaryKind as IrBinary, Graph, Op, Padding, TensorId,
     UnaryKind as IrUnary,
 };
-use crate::passes;
+use crate::passes::{self, RefactorDepthwise};
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use petgraph::stable_graph::NodeIndex;
 use std::collections::HashMap;
@@ -28,8 +28,9 @@ use tandem_runtime::cpu::transpose_conv::{pack_transpose_conv_weights, Transpose
 use tandem_runtime::cpu::Activation;
 use tandem_runtime::DType;
 
-/// Options of a compilation.
-#[derive(Debug, Clone)]
+/// Options of a compilation. The default plans for one thread and leaves depthwise decisions to
+/// [`RefactorDepthwise::Auto`].
+#[derive(Debug, Clone, Default)]
 pub struct CompileOptions {
     /// CPU threads the artifact is planned for (the runtime may be told otherwise).
     pub threads: usize,
@@ -39,6 +40,8 @@ pub struct CompileOptions {
     pub plan: Plan,
     /// The GPU the plan is made for (needed by every plan but `Plan::CpuOnly`).
     pub gpu: Option<tandem_runtime::gpu::device::DeviceInfo>,
+    /// Which depthwise convolutions become block-diagonal (grouped) convolutions.
+    pub refactor_depthwise: RefactorDepthwise,
 }
 
 impl CompileOptions {
@@ -47,15 +50,16 @@ impl CompileOptions {
         CompileOptions {
             threads,
             model_name: model_name.to_string(),
-            plan: Plan::CpuOnly,
-            gpu: None,
+            ..Default::default()
         }
     }
 }
 
-/// Prepares (passes) and lowers `graph` into an artifact that runs on the CPU.
+/// Prepares (passes, then the depthwise refactorization the options ask for) and lowers `graph`
+/// into an artifact that runs on the CPU.
 pub fn compile(mut graph: Graph, options: &CompileOptions) -> Result<Artifact> {
     passes::prepare(&mut graph)?;
+    passes::refactor_depthwise(&mut graph, options.refactor_depthwise)?;
     reject_quantized(&graph)?;
     Lowering::new(&graph).run(options)
 }

@@ -7,12 +7,15 @@
 //!   becomes that op's fused activation.
 //! - [`remove_dead`]: operators whose outputs nobody reads are dropped.
 //!
-//! [`prepare`] runs them in order.
+//! [`prepare`] runs them in order. [`diagonalwise::refactor_depthwise`] (depthwise convolutions
+//! as block-diagonal grouped convolutions) runs after it, as the compile options say.
 
 mod constants;
+pub mod diagonalwise;
 mod fuse;
 
 pub use constants::fold_constants;
+pub use diagonalwise::{refactor_depthwise, RefactorDepthwise};
 pub use fuse::fuse_activations;
 
 use crate::ir::{shape, Graph};

@@ -377,6 +377,70 @@ mod tests {
         }
     }
 
+    /// The shapes the diagonalwise refactorization produces: many groups of a few input channels,
+    /// with `group_out` = 1 or 2 × `group_in` (depth multiplier 1 or 2) and channel ranges that
+    /// cut through groups.
+    #[test]
+    fn many_small_groups_match_reference_over_any_channel_range() {
+        let mut rng = Rng(0x5eed_d1a6);
+        let pool = ThreadPool::new(2);
+        for (groups, gin, mult, stride, dilation, pad) in [
+            (16, 4, 1, 1, 1, 1),
+            (8, 8, 2, 2, 1, 1),
+            (4, 32, 1, 1, 2, 2),
+            (12, 2, 2, 2, 1, 0),
+            (1, 24, 1, 1, 1, 1),
+        ] {
+            let (h, w) = (9, 7);
+            let eff = 2 * dilation + 1;
+            let out = |size: usize| (size + 2 * pad - eff) / stride + 1;
+            let p = ConvParams {
+                input: [1, h, w, groups * gin],
+                output: [1, out(h), out(w), groups * gin * mult],
+                kernel: [3, 3],
+                stride: [stride; 2],
+                dilation: [dilation; 2],
+                pad: [pad; 2],
+                groups,
+                activation: Activation::Relu6,
+            };
+            p.validate().expect("valid geometry");
+            let cout = p.output[3];
+            let input = rng.values(h * w * p.input[3]);
+            let weights = rng.values(cout * 9 * gin);
+            let bias = rng.values(cout);
+            let want = reference(&input, &weights, &bias, &p);
+            let packed = pack_conv_weights(&weights, &p);
+            // Three ranges whose bounds fall inside groups.
+            let cuts = [0, 1 + rng.below(cout - 1), cout];
+            let cuts = [
+                cuts[0],
+                cuts[1],
+                cuts[1] + rng.below(cout - cuts[1] + 1),
+                cuts[2],
+            ];
+            let mut got = vec![f32::NAN; want.len()];
+            for range in cuts.windows(2) {
+                conv2d(
+                    &input,
+                    &packed,
+                    Some(&bias),
+                    &mut got,
+                    &p,
+                    range[0],
+                    range[1],
+                    &pool,
+                );
+            }
+            for (i, (a, c)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - c).abs() <= 1e-4 * c.abs().max(1.0),
+                    "{p:?} cuts {cuts:?} at {i}: {a} vs {c}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_range_leaves_other_channels_untouched() {
         let p = ConvParams {

@@ -97,7 +97,7 @@ fn channel_block(groups: usize, group_out: usize) -> usize {
     }
     [8, 4, 2, 1]
         .into_iter()
-        .find(|b| group_out % b == 0)
+        .find(|b| group_out.is_multiple_of(*b))
         .unwrap_or(1)
 }
 

@@ -711,15 +711,7 @@ impl GpuBackend {
                     UnaryKind::HardSwish => (5, 0.0),
                     UnaryKind::LeakyRelu { alpha } => (6, alpha),
                 };
-                let args = [
-                    src,
-                    src_off,
-                    dst,
-                    dst_off,
-                    int(total),
-                    val(op as i32),
-                    val(alpha),
-                ];
+                let args = [src, src_off, dst, dst_off, int(total), val(op), val(alpha)];
                 self.elementwise("elementwise", "unary", &args, total)
             }
             Kernel::Softmax { beta } => {

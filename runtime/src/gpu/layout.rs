@@ -42,15 +42,13 @@ pub fn winograd_weights(w: &[f32], outputs: usize, inputs: usize) -> Vec<f32> {
         for i in 0..inputs {
             let g = |ky: usize, kx: usize| w[((o * 3 + ky) * 3 + kx) * inputs + i];
             // t = G g (6x3), then t Gᵀ (6x6).
-            let mut t = [[0.0f32; 3]; 6];
-            for (r, row) in G.iter().enumerate() {
-                for kx in 0..3 {
-                    t[r][kx] = (0..3).map(|ky| row[ky] * g(ky, kx)).sum();
-                }
-            }
-            for r in 0..6 {
+            let t: Vec<[f32; 3]> = G
+                .iter()
+                .map(|row| std::array::from_fn(|kx| (0..3).map(|ky| row[ky] * g(ky, kx)).sum()))
+                .collect();
+            for (r, tr) in t.iter().enumerate() {
                 for (c, col) in G.iter().enumerate() {
-                    let v: f32 = (0..3).map(|k| t[r][k] * col[k]).sum();
+                    let v: f32 = (0..3).map(|k| tr[k] * col[k]).sum();
                     let e = r * 6 + c;
                     out[e * op * inputs + ((o / 8) * inputs + i) * 8 + o % 8] = v;
                 }
