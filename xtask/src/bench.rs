@@ -75,7 +75,7 @@ pub fn bench_cpu(
             let graph = zoo.graph()?;
             let path = dir.path().join(format!("{name}.tflite"));
             std::fs::write(&path, tflite::write_model(&graph)?)?;
-            let artifact = compile(graph.clone(), &CompileOptions::cpu(threads, &name))?;
+            let artifact = compile(graph.clone(), &CompileOptions::cpu(threads, name))?;
             let model = Model::from_artifact(artifact);
             let inputs = tandem_models::inputs::seeded_inputs(&graph, tandem_models::SEED);
             let mut session = Session::new(&model, threads);
