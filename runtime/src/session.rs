@@ -191,6 +191,22 @@ pub struct Session<'m> {
     options: SessionOptions,
     /// Why the GPU is not used although the plan asks for it (after `fallback_cpu`).
     fallback_reason: Option<String>,
+    /// A failed run could not drain the GPU queue: its memory must not be freed.
+    gpu_busy: bool,
+}
+
+/// How long an aborted run waits at least for the GPU queue to empty.
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+impl Drop for Session<'_> {
+    /// Normal runs leave the GPU queue empty, and the fields drop GPU state first, then the
+    /// arena; only after a failed drain is the memory leaked instead.
+    fn drop(&mut self) {
+        if self.gpu_busy {
+            std::mem::forget(self.gpu.take());
+            std::mem::forget(std::mem::replace(&mut self.arena, Arena::host(0)));
+        }
+    }
 }
 
 impl<'m> Session<'m> {
@@ -207,6 +223,7 @@ impl<'m> Session<'m> {
                 ..SessionOptions::default()
             },
             fallback_reason: None,
+            gpu_busy: false,
         }
     }
 
@@ -222,6 +239,7 @@ impl<'m> Session<'m> {
             pool: ThreadPool::new(options.threads),
             options: options.clone(),
             fallback_reason: None,
+            gpu_busy: false,
         };
         if needs_gpu {
             match Self::open_gpu(a, &options) {
@@ -329,8 +347,7 @@ impl<'m> Session<'m> {
                 }
                 // The GPU failed mid-run: drop it and redo the run on the CPU.
                 self.fallback_reason = Some(e.to_string());
-                self.gpu = None;
-                self.arena = Arena::host(a.arena_bytes);
+                self.release_gpu();
                 self.write_inputs(inputs);
                 self.run_cpu_only();
             }
@@ -400,18 +417,36 @@ impl<'m> Session<'m> {
     }
 
     /// Releases every spinning kernel and waits (bounded) for the queue to empty.
+    /// Raises the abort flag (spinning kernels return at once; compute kernels finish their
+    /// work) and waits for the queue to empty. If it does not empty within the drain limit, the
+    /// device may still be writing the arena: `gpu_busy` is set and the memory is never freed.
     fn abort_and_drain(&mut self) {
         if let Some(gpu) = &self.gpu {
             if let Some(flags) = &gpu.flags {
                 flags.word(memory::ABORT).store(1, Ordering::Release);
             }
             let _ = gpu.backend.dev.queue.flush();
-            if let Ok(marker) = // SAFETY: an empty wait list.
-                unsafe { gpu.backend.dev.queue.enqueue_marker_with_wait_list(&[]) }
+            let limit = Instant::now() + self.options.deadline.max(DRAIN_LIMIT);
+            // SAFETY: an empty wait list.
+            let drained = match unsafe { gpu.backend.dev.queue.enqueue_marker_with_wait_list(&[]) }
             {
-                let _ = wait_event(&marker, Instant::now() + self.options.deadline, "draining");
-            }
+                Ok(marker) => wait_event(&marker, limit, "draining the GPU queue").is_ok(),
+                Err(_) => gpu.backend.dev.queue.finish().is_ok(),
+            };
+            self.gpu_busy = !drained;
         }
+    }
+
+    /// Drops the GPU state and puts the activations in host memory; if the device may still be
+    /// using its memory (`gpu_busy`), both are leaked instead of freed under a running kernel.
+    fn release_gpu(&mut self) {
+        let arena = std::mem::replace(&mut self.arena, Arena::host(self.model.artifact.arena_bytes));
+        let gpu = self.gpu.take();
+        if self.gpu_busy {
+            std::mem::forget(arena);
+            std::mem::forget(gpu);
+        }
+        self.gpu_busy = false;
     }
 
     /// Per-step faults injected by tests.

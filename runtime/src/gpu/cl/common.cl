@@ -68,6 +68,7 @@ inline void store_lanes(VEC v, __global float* p, int co, int c0, int c1) {
     }
     float lanes[BC];
     VSTORE(v, lanes);
+    #pragma unroll
     for (int l = 0; l < BC; l++) {
         if (co + l >= c0 && co + l < c1) p[l] = lanes[l];
     }

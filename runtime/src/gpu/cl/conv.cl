@@ -27,13 +27,17 @@ __kernel void conv_generic(__global const float* src, int src_off,
     dst += dst_off;
     VEC acc[BY][BX];
     const VEC b = VLOAD(bias + co);
+    #pragma unroll
     for (int i = 0; i < BY; i++)
+        #pragma unroll
         for (int j = 0; j < BX; j++) acc[i][j] = b;
     for (int ky = 0; ky < g.kh; ky++) {
         for (int kx = 0; kx < g.kw; kx++) {
             int pix[BY][BX];
             bool all = true;
+            #pragma unroll
             for (int i = 0; i < BY; i++) {
+                #pragma unroll
                 for (int j = 0; j < BX; j++) {
                     const int iy = (oy0 + i) * g.sh + ky * g.dh - g.pt;
                     const int ix = (ox0 + j) * g.sw + kx * g.dw - g.pl;
@@ -47,20 +51,26 @@ __kernel void conv_generic(__global const float* src, int src_off,
             if (all) {
                 for (int ci = 0; ci < g.cg; ci++) {
                     const VEC wv = VLOAD(wp + ci * 8);
+                    #pragma unroll
                     for (int i = 0; i < BY; i++)
+                        #pragma unroll
                         for (int j = 0; j < BX; j++) acc[i][j] += src[pix[i][j] + ci] * wv;
                 }
             } else {
                 for (int ci = 0; ci < g.cg; ci++) {
                     const VEC wv = VLOAD(wp + ci * 8);
+                    #pragma unroll
                     for (int i = 0; i < BY; i++)
+                        #pragma unroll
                         for (int j = 0; j < BX; j++)
                             if (pix[i][j] >= 0) acc[i][j] += src[pix[i][j] + ci] * wv;
                 }
             }
         }
     }
+    #pragma unroll
     for (int i = 0; i < BY; i++) {
+        #pragma unroll
         for (int j = 0; j < BX; j++) {
             if (oy0 + i < g.oh && ox0 + j < g.ow) {
                 const int o = ((n * g.oh + oy0 + i) * g.ow + ox0 + j) * g.oc + co;

@@ -12,6 +12,7 @@ typedef struct {
 inline VEC dw_input(__global const float* p, int co, int m) {
     if (m == 1) return VLOAD(p + co);
     float lanes[BC];
+    #pragma unroll
     for (int l = 0; l < BC; l++) lanes[l] = p[(co + l) / m];
     return VLOAD(lanes);
 }
@@ -42,6 +43,7 @@ __kernel void depthwise_generic(__global const float* src, int src_off,
                 x = dw_input(p, co, g.m);
             } else {
                 float lanes[BC];
+                #pragma unroll
                 for (int l = 0; l < BC; l++) lanes[l] = co + l < g.oc ? p[(co + l) / g.m] : 0.0f;
                 x = VLOAD(lanes);
             }
@@ -67,9 +69,11 @@ __kernel void depthwise_3x3(__global const float* src, int src_off,
     dst += dst_off;
     const bool full = co + BC <= g.oc;
     VEC wk[9];
+    #pragma unroll
     for (int k = 0; k < 9; k++) wk[k] = VLOAD(w + k * g.oc_pad + co);
     const VEC b = VLOAD(bias + co);
     VEC acc[BX];
+    #pragma unroll
     for (int j = 0; j < BX; j++) acc[j] = b;
     for (int ky = 0; ky < 3; ky++) {
         const int iy = oy + ky - g.pt;
@@ -83,15 +87,18 @@ __kernel void depthwise_3x3(__global const float* src, int src_off,
                 x = VLOAD(row + ix * g.c + co);
             } else {
                 float lanes[BC];
+                #pragma unroll
                 for (int l = 0; l < BC; l++) lanes[l] = co + l < g.oc ? row[ix * g.c + co + l] : 0.0f;
                 x = VLOAD(lanes);
             }
+            #pragma unroll
             for (int j = 0; j < BX; j++) {
                 const int kx = t - j;
                 if (kx >= 0 && kx < 3) acc[j] += x * wk[ky * 3 + kx];
             }
         }
     }
+    #pragma unroll
     for (int j = 0; j < BX; j++) {
         if (ox0 + j < g.ow) {
             const int o = ((n * g.oh + oy) * g.ow + ox0 + j) * g.oc + co;

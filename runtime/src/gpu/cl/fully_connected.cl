@@ -14,6 +14,7 @@ __kernel void fully_connected(__global const float* src, int src_off,
     const VEC b = VLOAD(bias + co);
     VEC acc[BR];
     int row[BR];
+    #pragma unroll
     for (int r = 0; r < BR; r++) {
         acc[r] = b;
         row[r] = min(r0 + r, rows - 1) * depth;
@@ -21,8 +22,10 @@ __kernel void fully_connected(__global const float* src, int src_off,
     __global const float* wp = w + blocked(co, depth, 0);
     for (int k = 0; k < depth; k++) {
         const VEC wv = VLOAD(wp + k * 8);
+        #pragma unroll
         for (int r = 0; r < BR; r++) acc[r] += src[row[r] + k] * wv;
     }
+    #pragma unroll
     for (int r = 0; r < BR; r++) {
         if (r0 + r < rows) store_lanes(activate_vec(acc[r], act), dst + (r0 + r) * units + co, co, c0, c1);
     }

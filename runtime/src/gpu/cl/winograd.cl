@@ -30,8 +30,10 @@ __kernel void winograd_input(__global const float* src, int src_off, __global fl
     if (tx >= g.tw || n >= g.n || ci >= g.c) return;
     src += src_off;
     float d[6][6];
+    #pragma unroll
     for (int i = 0; i < 6; i++) {
         const int iy = ty * 4 + i - g.pt;
+        #pragma unroll
         for (int j = 0; j < 6; j++) {
             const int ix = tx * 4 + j - g.pl;
             d[i][j] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
@@ -40,16 +42,20 @@ __kernel void winograd_input(__global const float* src, int src_off, __global fl
         }
     }
     float t[6][6];
+    #pragma unroll
     for (int j = 0; j < 6; j++) {
         float r[6];
         BT_ROWS(d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j], r);
+        #pragma unroll
         for (int i = 0; i < 6; i++) t[i][j] = r[i];
     }
     const int tiles = g.n * g.th * g.tw;
     const int tile = (n * g.th + ty) * g.tw + tx;
+    #pragma unroll
     for (int i = 0; i < 6; i++) {
         float r[6];
         BT_ROWS(t[i][0], t[i][1], t[i][2], t[i][3], t[i][4], t[i][5], r);
+        #pragma unroll
         for (int j = 0; j < 6; j++) u[((size_t)(i * 6 + j) * tiles + tile) * g.c + ci] = r[j];
     }
 }
@@ -66,14 +72,17 @@ __kernel void winograd_gemm(__global const float* u, __global const float* wt,
     __global const float* wp = wt + (size_t)e * oc_pad * c + blocked(co, c, 0);
     VEC acc[BT];
     int row[BT];
+    #pragma unroll
     for (int t = 0; t < BT; t++) {
         acc[t] = (VEC)(0.0f);
         row[t] = min(t0 + t, tiles - 1) * c;
     }
     for (int k = 0; k < c; k++) {
         const VEC wv = VLOAD(wp + k * 8);
+        #pragma unroll
         for (int t = 0; t < BT; t++) acc[t] += up[row[t] + k] * wv;
     }
+    #pragma unroll
     for (int t = 0; t < BT; t++) {
         if (t0 + t < tiles) VSTORE(acc[t], m + ((size_t)e * tiles + t0 + t) * oc_pad + co);
     }
@@ -99,19 +108,24 @@ __kernel void winograd_output(__global const float* m, __global const float* bia
     const int tiles = g.n * g.th * g.tw;
     const int tile = (n * g.th + ty) * g.tw + tx;
     VEC v[6][6];
+    #pragma unroll
     for (int e = 0; e < 36; e++) v[e / 6][e % 6] = VLOAD(m + ((size_t)e * tiles + tile) * g.oc_pad + co);
     VEC t[4][6];
+    #pragma unroll
     for (int j = 0; j < 6; j++) {
         VEC r[4];
         AT_ROWS(v[0][j], v[1][j], v[2][j], v[3][j], v[4][j], v[5][j], r);
+        #pragma unroll
         for (int i = 0; i < 4; i++) t[i][j] = r[i];
     }
     const VEC b = VLOAD(bias + co);
+    #pragma unroll
     for (int i = 0; i < 4; i++) {
         VEC r[4];
         AT_ROWS(t[i][0], t[i][1], t[i][2], t[i][3], t[i][4], t[i][5], r);
         const int oy = ty * 4 + i;
         if (oy >= g.oh) break;
+        #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int ox = tx * 4 + j;
             if (ox >= g.ow) break;
