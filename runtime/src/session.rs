@@ -184,25 +184,29 @@ struct GpuState {
 /// A model ready to run: arena, threads and, for plans that use it, the GPU.
 pub struct Session<'m> {
     model: &'m Model,
-    gpu: Option<GpuState>,
-    /// Declared after `gpu`: an SVM arena outlives the queue that may still reference it.
-    arena: Arena,
+    mem: Devices,
     pool: ThreadPool,
     options: SessionOptions,
     /// Why the GPU is not used although the plan asks for it (after `fallback_cpu`).
     fallback_reason: Option<String>,
+}
+
+/// The GPU state and the activation arena, which drop together: GPU state first, then the
+/// arena; after a failed drain (`busy`) both are leaked instead of freed under a kernel that may
+/// still write them.
+struct Devices {
+    gpu: Option<GpuState>,
+    arena: Arena,
     /// A failed run could not drain the GPU queue: its memory must not be freed.
-    gpu_busy: bool,
+    busy: bool,
 }
 
 /// How long an aborted run waits at least for the GPU queue to empty.
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
-impl Drop for Session<'_> {
-    /// Normal runs leave the GPU queue empty, and the fields drop GPU state first, then the
-    /// arena; only after a failed drain is the memory leaked instead.
+impl Drop for Devices {
     fn drop(&mut self) {
-        if self.gpu_busy {
+        if self.busy {
             std::mem::forget(self.gpu.take());
             std::mem::forget(std::mem::replace(&mut self.arena, Arena::host(0)));
         }
@@ -214,8 +218,11 @@ impl<'m> Session<'m> {
     pub fn new(model: &'m Model, threads: usize) -> Self {
         Session {
             model,
-            gpu: None,
-            arena: Arena::host(model.artifact.arena_bytes),
+            mem: Devices {
+                gpu: None,
+                arena: Arena::host(model.artifact.arena_bytes),
+                busy: false,
+            },
             pool: ThreadPool::new(threads),
             options: SessionOptions {
                 threads,
@@ -223,7 +230,6 @@ impl<'m> Session<'m> {
                 ..SessionOptions::default()
             },
             fallback_reason: None,
-            gpu_busy: false,
         }
     }
 
@@ -234,25 +240,27 @@ impl<'m> Session<'m> {
         let needs_gpu = !options.cpu_only && a.steps.iter().any(|s| s.placement.uses_gpu());
         let mut session = Session {
             model,
-            gpu: None,
-            arena: Arena::host(0),
+            mem: Devices {
+                gpu: None,
+                arena: Arena::host(0),
+                busy: false,
+            },
             pool: ThreadPool::new(options.threads),
             options: options.clone(),
             fallback_reason: None,
-            gpu_busy: false,
         };
         if needs_gpu {
             match Self::open_gpu(a, &options) {
                 Ok((gpu, arena)) => {
-                    session.gpu = Some(gpu);
-                    session.arena = arena;
+                    session.mem.gpu = Some(gpu);
+                    session.mem.arena = arena;
                     return Ok(session);
                 }
                 Err(e) if options.fallback_cpu => session.fallback_reason = Some(e.to_string()),
                 Err(e) => return Err(RunError::Gpu(e)),
             }
         }
-        session.arena = Arena::host(a.arena_bytes);
+        session.mem.arena = Arena::host(a.arena_bytes);
         Ok(session)
     }
 
@@ -314,7 +322,7 @@ impl<'m> Session<'m> {
 
     /// The OpenCL device in use, if any.
     pub fn gpu_device(&self) -> Option<&crate::gpu::device::DeviceInfo> {
-        self.gpu.as_ref().map(|g| &g.backend.dev.info)
+        self.mem.gpu.as_ref().map(|g| &g.backend.dev.info)
     }
 
     /// Runs the model on `inputs` (in the model's input order) and returns its outputs.
@@ -340,7 +348,7 @@ impl<'m> Session<'m> {
             }
         }
         self.write_inputs(inputs);
-        if self.gpu.is_some() {
+        if self.mem.gpu.is_some() {
             if let Err(e) = self.run_plan() {
                 if !self.options.fallback_cpu {
                     return Err(e);
@@ -363,7 +371,8 @@ impl<'m> Session<'m> {
             let desc = &a.tensors[t];
             let values = value.to_f32().unwrap_or_default();
             if let Storage::Arena { offset } = desc.storage {
-                self.arena
+                self.mem
+                    .arena
                     .slice(offset / 4, desc.elements())
                     .copy_from_slice(&values);
             }
@@ -382,7 +391,7 @@ impl<'m> Session<'m> {
                 };
                 NpyArray::from_f32(
                     desc.shape.clone(),
-                    self.arena.slice(offset, desc.elements()),
+                    self.mem.arena.slice(offset, desc.elements()),
                 )
             })
             .collect()
@@ -399,6 +408,7 @@ impl<'m> Session<'m> {
     /// Runs the plan on both devices.
     fn run_plan(&mut self) -> Result<(), RunError> {
         let gpu = self
+            .mem
             .gpu
             .as_ref()
             .ok_or(RunError::Internal("no GPU state"))?;
@@ -421,7 +431,7 @@ impl<'m> Session<'m> {
     /// work) and waits for the queue to empty. If it does not empty within the drain limit, the
     /// device may still be writing the arena: `gpu_busy` is set and the memory is never freed.
     fn abort_and_drain(&mut self) {
-        if let Some(gpu) = &self.gpu {
+        if let Some(gpu) = &self.mem.gpu {
             if let Some(flags) = &gpu.flags {
                 flags.word(memory::ABORT).store(1, Ordering::Release);
             }
@@ -433,20 +443,23 @@ impl<'m> Session<'m> {
                 Ok(marker) => wait_event(&marker, limit, "draining the GPU queue").is_ok(),
                 Err(_) => gpu.backend.dev.queue.finish().is_ok(),
             };
-            self.gpu_busy = !drained;
+            self.mem.busy = !drained;
         }
     }
 
     /// Drops the GPU state and puts the activations in host memory; if the device may still be
     /// using its memory (`gpu_busy`), both are leaked instead of freed under a running kernel.
     fn release_gpu(&mut self) {
-        let arena = std::mem::replace(&mut self.arena, Arena::host(self.model.artifact.arena_bytes));
-        let gpu = self.gpu.take();
-        if self.gpu_busy {
+        let arena = std::mem::replace(
+            &mut self.mem.arena,
+            Arena::host(self.model.artifact.arena_bytes),
+        );
+        let gpu = self.mem.gpu.take();
+        if self.mem.busy {
             std::mem::forget(arena);
             std::mem::forget(gpu);
         }
-        self.gpu_busy = false;
+        self.mem.busy = false;
     }
 
     /// Per-step faults injected by tests.
@@ -479,8 +492,9 @@ impl<'m> Session<'m> {
     fn run_polling(&mut self) -> Result<(), RunError> {
         let a = &self.model.artifact;
         let deadline = self.options.deadline;
-        let arena = ArenaMem::Svm(self.arena.ptr().cast());
+        let arena = ArenaMem::Svm(self.mem.arena.ptr().cast());
         let gpu = self
+            .mem
             .gpu
             .as_mut()
             .ok_or(RunError::Internal("no GPU state"))?;
@@ -538,6 +552,7 @@ impl<'m> Session<'m> {
             }
             if let Some(k) = deps[i] {
                 let gpu = self
+                    .mem
                     .gpu
                     .as_ref()
                     .ok_or(RunError::Internal("no GPU state"))?;
@@ -557,7 +572,7 @@ impl<'m> Session<'m> {
                 }
             }
             self.run_cpu_part(step, Self::cpu_channels(step));
-            if let Some(flags) = self.gpu.as_ref().and_then(|g| g.flags.as_ref()) {
+            if let Some(flags) = self.mem.gpu.as_ref().and_then(|g| g.flags.as_ref()) {
                 flags
                     .word(memory::CPU_DONE)
                     .store(i as i32 + 1, Ordering::Release);
@@ -568,6 +583,7 @@ impl<'m> Session<'m> {
                 .map_err(RunError::Gpu)?;
         }
         let gpu = self
+            .mem
             .gpu
             .as_ref()
             .ok_or(RunError::Internal("no GPU state"))?;
@@ -585,9 +601,9 @@ impl<'m> Session<'m> {
     fn run_event_wait(&mut self) -> Result<(), RunError> {
         let a = &self.model.artifact;
         let deadline = self.options.deadline;
-        let arena = ArenaMem::Svm(self.arena.ptr().cast());
+        let arena = ArenaMem::Svm(self.mem.arena.ptr().cast());
         let mut events: Vec<Option<Event>> = (0..a.steps.len()).map(|_| None).collect();
-        if let Some(flags) = self.gpu.as_ref().and_then(|g| g.flags.as_ref()) {
+        if let Some(flags) = self.mem.gpu.as_ref().and_then(|g| g.flags.as_ref()) {
             flags.word(memory::ABORT).store(0, Ordering::Release);
         }
         for (i, step) in a.steps.iter().enumerate() {
@@ -598,6 +614,7 @@ impl<'m> Session<'m> {
             };
             if step.placement.uses_gpu() {
                 let gpu = self
+                    .mem
                     .gpu
                     .as_mut()
                     .ok_or(RunError::Internal("no GPU state"))?;
@@ -614,7 +631,12 @@ impl<'m> Session<'m> {
                 events[i] = Some(ev);
             }
             if step.placement.uses_cpu() {
-                if let Some(k) = self.gpu.as_ref().and_then(|g| g.deps.cpu_waits_for_gpu[i]) {
+                if let Some(k) = self
+                    .mem
+                    .gpu
+                    .as_ref()
+                    .and_then(|g| g.deps.cpu_waits_for_gpu[i])
+                {
                     if let Some(ev) = &events[k] {
                         self.blocking_wait(ev, deadline).map_err(at)?;
                     }
@@ -623,6 +645,7 @@ impl<'m> Session<'m> {
             }
         }
         let gpu = self
+            .mem
             .gpu
             .as_ref()
             .ok_or(RunError::Internal("no GPU state"))?;
@@ -638,7 +661,7 @@ impl<'m> Session<'m> {
     /// `clWaitForEvents`, with a watchdog that raises the abort flag (releasing any spinning
     /// kernel) when the deadline passes.
     fn blocking_wait(&self, ev: &Event, deadline: Duration) -> Result<(), GpuError> {
-        let flags = self.gpu.as_ref().and_then(|g| g.flags.as_ref());
+        let flags = self.mem.gpu.as_ref().and_then(|g| g.flags.as_ref());
         let Some(flags) = flags else {
             return ev
                 .wait()
@@ -708,6 +731,7 @@ impl<'m> Session<'m> {
                     }
                 }
                 let gpu = self
+                    .mem
                     .gpu
                     .as_mut()
                     .ok_or(RunError::Internal("no GPU state"))?;
@@ -769,8 +793,12 @@ impl<'m> Session<'m> {
             return Ok(());
         };
         let n = desc.elements();
-        let host = self.arena.slice(offset / 4, n);
-        let gpu = self.gpu.as_mut().ok_or(GpuError::Device("no GPU".into()))?;
+        let host = self.mem.arena.slice(offset / 4, n);
+        let gpu = self
+            .mem
+            .gpu
+            .as_mut()
+            .ok_or(GpuError::Device("no GPU".into()))?;
         let buffer = gpu
             .device_arena
             .as_mut()
@@ -798,7 +826,11 @@ impl<'m> Session<'m> {
         let n = desc.elements();
         let mut gpu_copy = vec![0.0f32; n];
         {
-            let gpu = self.gpu.as_mut().ok_or(GpuError::Device("no GPU".into()))?;
+            let gpu = self
+                .mem
+                .gpu
+                .as_mut()
+                .ok_or(GpuError::Device("no GPU".into()))?;
             let buffer = gpu
                 .device_arena
                 .as_ref()
@@ -817,7 +849,7 @@ impl<'m> Session<'m> {
         }
         let channels = desc.shape.last().copied().unwrap_or(1).max(1);
         let range = Self::gpu_channels(step);
-        let host = self.arena.slice(offset / 4, n);
+        let host = self.mem.arena.slice(offset / 4, n);
         for (h, g) in host
             .chunks_exact_mut(channels)
             .zip(gpu_copy.chunks_exact(channels))
@@ -846,8 +878,8 @@ impl<'m> Session<'m> {
     /// step otherwise.
     fn run_cpu_part(&mut self, step: &Step, range: std::ops::Range<usize>) {
         let a = &self.model.artifact;
-        let arena_len = self.arena.len();
-        let arena_ptr = self.arena.ptr();
+        let arena_len = self.mem.arena.len();
+        let arena_ptr = self.mem.arena.ptr();
         // SAFETY: validation guarantees every arena range is in bounds and that a step's outputs
         // overlap neither its inputs nor each other, so these slices never alias mutably.
         let read = |t: usize| -> &[f32] {
