@@ -1,6 +1,6 @@
 //! CONV_2D (and grouped convolution): im2col plus GEMM, over an output-channel range.
 
-use super::packed_gemm::{gemm_packed, pack_b, packed_len};
+use super::packed_gemm::{gemm_packed, pack_b, packed_len, Epilogue};
 use super::shared::SharedOut;
 use super::threads::ThreadPool;
 use super::Activation;
@@ -122,9 +122,9 @@ thread_local! {
     static IM2COL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Output pixels per task. A task fills its rows with the bias, runs the GEMM over them and applies
-/// the activation, so its output tile should stay in L2 between those passes (≈ 128 KB); im2col
-/// convolutions also keep their im2col buffer near 4 MB. There is at least one task per thread.
+/// Output pixels per task: an output tile of about 128 KB (which stays in L2 for the activation
+/// pass of an activation that is not a clamp); im2col convolutions also keep their im2col buffer
+/// near 4 MB. There is at least one task per thread.
 fn tile_pixels(pixels: usize, depth: usize, cout: usize, pointwise: bool, threads: usize) -> usize {
     let per_thread = pixels.div_ceil(threads.max(1)).max(1);
     let output_rows = ((1 << 15) / cout.max(1)).max(64);
@@ -165,24 +165,29 @@ pub fn conv2d(
     let tile = tile_pixels(pixels, p.depth(), cout, pointwise, pool.threads());
     let tiles = pixels.div_ceil(tile);
     let shared = SharedOut::new(out);
+    // Clamp activations are applied in the GEMM's epilogue; others in a pass over the tile.
+    let clamp = match p.activation {
+        Activation::None => None,
+        a => a.clamp_range(),
+    };
     pool.run(n * tiles, &|task| {
         let (b, t) = (task / tiles, task % tiles);
         let p0 = t * tile;
         let rows = tile.min(pixels - p0);
         // SAFETY: each task owns output pixels [p0, p0 + rows) of image b.
         let dst = unsafe { shared.range((b * pixels + p0) * cout, rows * cout) };
-        for r in 0..rows {
-            let row = &mut dst[r * cout + c0..r * cout + c1];
-            match bias {
-                Some(bias) => row.copy_from_slice(&bias[c0..c1]),
-                None => row.fill(0.0),
-            }
-        }
         let image =
             &input[b * p.input[1] * p.input[2] * cin..(b + 1) * p.input[1] * p.input[2] * cin];
         if pointwise {
             let a = &image[p0 * cin..(p0 + rows) * cin];
-            gemm_packed(dst, cout, a, cin, rows, cin, weights, cout, c0, c1, true);
+            let epilogue = Epilogue {
+                accumulate: false,
+                bias,
+                clamp,
+            };
+            gemm_packed(
+                dst, cout, a, cin, rows, cin, weights, cout, c0, c1, epilogue,
+            );
         } else {
             IM2COL.with(|buf| {
                 let mut buf = buf.borrow_mut();
@@ -198,11 +203,16 @@ pub fn conv2d(
                     let group = p.group_packed_len();
                     let w = &weights[g * group..(g + 1) * group];
                     let d = &mut dst[g * gout..];
-                    gemm_packed(d, cout, &buf, k, rows, k, w, gout, l0, l1, true);
+                    let epilogue = Epilogue {
+                        accumulate: false,
+                        bias: bias.map(|b| &b[g * gout..]),
+                        clamp,
+                    };
+                    gemm_packed(d, cout, &buf, k, rows, k, w, gout, l0, l1, epilogue);
                 }
             });
         }
-        if p.activation != Activation::None {
+        if clamp.is_none() && p.activation != Activation::None {
             for r in 0..rows {
                 p.activation
                     .apply_slice(&mut dst[r * cout + c0..r * cout + c1]);
@@ -297,7 +307,7 @@ mod tests {
     fn matches_reference_on_random_geometries_and_channel_ranges() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let pool = ThreadPool::new(2);
-        for case in 0..60 {
+        for case in 0..80 {
             let groups = [1, 1, 1, 2, 3][rng.below(5)];
             let gin = 1 + rng.below(6);
             let gout = 1 + rng.below(7);
@@ -329,7 +339,13 @@ mod tests {
                 dilation,
                 pad: [pt, pl],
                 groups,
-                activation: [Activation::None, Activation::Relu, Activation::Relu6][case % 3],
+                activation: [
+                    Activation::None,
+                    Activation::Relu,
+                    Activation::Relu6,
+                    Activation::ReluN1To1,
+                    Activation::Tanh,
+                ][case % 5],
             };
             p.validate().expect("valid geometry");
             let input = rng.values(n * h * w * p.input[3]);
