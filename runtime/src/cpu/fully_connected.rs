@@ -135,9 +135,9 @@ mod x86 {
             let sums = unsafe { rows_avx512::<ROWS>(x, w.as_ptr().add(g * ROWS * x.len())) };
             out[g * ROWS..(g + 1) * ROWS].copy_from_slice(&sums);
         }
-        for u in groups * ROWS..out.len() {
+        for (u, o) in out.iter_mut().enumerate().skip(groups * ROWS) {
             // SAFETY: row `u` is inside `w`.
-            out[u] = unsafe { rows_avx512::<1>(x, w.as_ptr().add(u * x.len())) }[0];
+            *o = unsafe { rows_avx512::<1>(x, w.as_ptr().add(u * x.len())) }[0];
         }
     }
 
