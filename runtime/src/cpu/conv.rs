@@ -1,6 +1,6 @@
 //! CONV_2D (and grouped convolution): im2col plus GEMM, over an output-channel range.
 
-use super::packed_gemm::{gemm_packed, pack_b, packed_len, Epilogue};
+use super::packed_gemm::{gemm_packed_raw, pack_b, packed_len, Epilogue, NR};
 use super::shared::SharedOut;
 use super::threads::ThreadPool;
 use super::Activation;
@@ -162,20 +162,39 @@ pub fn conv2d(
     }
     let pixels = ho * wo;
     let pointwise = p.kernel == [1, 1] && p.stride == [1, 1] && p.pad == [0, 0] && p.groups == 1;
-    let tile = tile_pixels(pixels, p.depth(), cout, pointwise, pool.threads());
-    let tiles = pixels.div_ceil(tile);
+    let threads = pool.threads();
+    // Few pixels and many channels (the late layers): the weights outweigh the output, so the
+    // threads split the channels, each streaming only its share of the weights, rather than the
+    // pixels.
+    let by_channels = threads > 1 && c1 - c0 > pixels && c1 - c0 >= 2 * NR;
+    let (tile, chunk) = if by_channels {
+        (
+            pixels.max(1),
+            (c1 - c0).div_ceil(threads).next_multiple_of(NR),
+        )
+    } else {
+        let tile = tile_pixels(pixels, p.depth(), cout, pointwise, threads);
+        (tile, c1 - c0)
+    };
+    let (tiles, chunks) = (pixels.div_ceil(tile), (c1 - c0).div_ceil(chunk));
     let shared = SharedOut::new(out);
     // Clamp activations are applied in the GEMM's epilogue; others in a pass over the tile.
     let clamp = match p.activation {
         Activation::None => None,
         a => a.clamp_range(),
     };
-    pool.run(n * tiles, &|task| {
-        let (b, t) = (task / tiles, task % tiles);
+    pool.run(n * tiles * chunks, &|task| {
+        let (b, t, ch) = (
+            task / (tiles * chunks),
+            task / chunks % tiles,
+            task % chunks,
+        );
         let p0 = t * tile;
         let rows = tile.min(pixels - p0);
-        // SAFETY: each task owns output pixels [p0, p0 + rows) of image b.
-        let dst = unsafe { shared.range((b * pixels + p0) * cout, rows * cout) };
+        let (c0, c1) = (c0 + ch * chunk, c1.min(c0 + (ch + 1) * chunk));
+        let len = rows * cout;
+        // Each task owns channels [c0, c1) of output pixels [p0, p0 + rows) of image b.
+        let dst = shared.ptr_range((b * pixels + p0) * cout, len);
         let image =
             &input[b * p.input[1] * p.input[2] * cin..(b + 1) * p.input[1] * p.input[2] * cin];
         if pointwise {
@@ -185,9 +204,12 @@ pub fn conv2d(
                 bias,
                 clamp,
             };
-            gemm_packed(
-                dst, cout, a, cin, rows, cin, weights, cout, c0, c1, epilogue,
-            );
+            // SAFETY: `dst` is valid for `len` values, and only this task touches its channels.
+            unsafe {
+                gemm_packed_raw(
+                    dst, len, cout, a, cin, rows, cin, weights, cout, c0, c1, epilogue,
+                )
+            };
         } else {
             IM2COL.with(|buf| {
                 let mut buf = buf.borrow_mut();
@@ -202,20 +224,38 @@ pub fn conv2d(
                     im2col(image, p, g * gin, p0, rows, &mut buf);
                     let group = p.group_packed_len();
                     let w = &weights[g * group..(g + 1) * group];
-                    let d = &mut dst[g * gout..];
                     let epilogue = Epilogue {
                         accumulate: false,
                         bias: bias.map(|b| &b[g * gout..]),
                         clamp,
                     };
-                    gemm_packed(d, cout, &buf, k, rows, k, w, gout, l0, l1, epilogue);
+                    // SAFETY: as above; group g's columns start `g·gout` values into `dst`.
+                    unsafe {
+                        let d = dst.add(g * gout);
+                        gemm_packed_raw(
+                            d,
+                            len - g * gout,
+                            cout,
+                            &buf,
+                            k,
+                            rows,
+                            k,
+                            w,
+                            gout,
+                            l0,
+                            l1,
+                            epilogue,
+                        );
+                    }
                 }
             });
         }
         if clamp.is_none() && p.activation != Activation::None {
             for r in 0..rows {
-                p.activation
-                    .apply_slice(&mut dst[r * cout + c0..r * cout + c1]);
+                // SAFETY: row r's channels [c0, c1) are inside `dst` and owned by this task.
+                let row =
+                    unsafe { std::slice::from_raw_parts_mut(dst.add(r * cout + c0), c1 - c0) };
+                p.activation.apply_slice(row);
             }
         }
     });
@@ -347,49 +387,71 @@ mod tests {
                     Activation::Tanh,
                 ][case % 5],
             };
-            p.validate().expect("valid geometry");
-            let input = rng.values(n * h * w * p.input[3]);
-            let weights = rng.values(p.output[3] * kernel[0] * kernel[1] * gin);
-            let bias = rng.values(p.output[3]);
-            let want = reference(&input, &weights, &bias, &p);
-            let packed = pack_conv_weights(&weights, &p);
-            let cout = p.output[3];
-            // The whole range at once, then the same result from two ranges split at random.
-            let mut got = vec![f32::NAN; want.len()];
-            conv2d(&input, &packed, Some(&bias), &mut got, &p, 0, cout, &pool);
-            let split = rng.below(cout + 1);
-            let mut halves = vec![f32::NAN; want.len()];
-            conv2d(
-                &input,
-                &packed,
-                Some(&bias),
-                &mut halves,
-                &p,
-                0,
-                split,
-                &pool,
+            check(&p, &mut rng, &pool, case);
+        }
+    }
+
+    /// Runs `p` on random operands over the whole channel range and over two ranges split at
+    /// random, and checks both against [`reference`] (and each other, bit for bit).
+    fn check(p: &ConvParams, rng: &mut Rng, pool: &ThreadPool, case: usize) {
+        p.validate().expect("valid geometry");
+        let [n, h, w, _] = p.input;
+        let input = rng.values(n * h * w * p.input[3]);
+        let weights = rng.values(p.output[3] * p.depth());
+        let bias = rng.values(p.output[3]);
+        let want = reference(&input, &weights, &bias, p);
+        let packed = pack_conv_weights(&weights, p);
+        let cout = p.output[3];
+        let run = |out: &mut [f32], c0: usize, c1: usize| {
+            conv2d(&input, &packed, Some(&bias), out, p, c0, c1, pool);
+        };
+        let mut got = vec![f32::NAN; want.len()];
+        run(&mut got, 0, cout);
+        let split = rng.below(cout + 1);
+        let mut halves = vec![f32::NAN; want.len()];
+        run(&mut halves, 0, split);
+        run(&mut halves, split, cout);
+        for (i, ((a, b), c)) in got.iter().zip(&halves).zip(&want).enumerate() {
+            assert!(
+                (a - c).abs() <= 1e-4 * c.abs().max(1.0),
+                "case {case} {p:?} at {i}: {a} vs {c}"
             );
-            conv2d(
-                &input,
-                &packed,
-                Some(&bias),
-                &mut halves,
-                &p,
-                split,
-                cout,
-                &pool,
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "case {case}: split at {split} changes element {i}"
             );
-            for (i, ((a, b), c)) in got.iter().zip(&halves).zip(&want).enumerate() {
-                assert!(
-                    (a - c).abs() <= 1e-4 * c.abs().max(1.0),
-                    "case {case} {p:?} at {i}: {a} vs {c}"
-                );
-                assert_eq!(
-                    a.to_bits(),
-                    b.to_bits(),
-                    "case {case}: split at {split} changes element {i}"
-                );
-            }
+        }
+    }
+
+    /// Late-layer shapes, more channels than pixels, which the threads split by channel.
+    #[test]
+    fn few_pixels_and_many_channels_match_reference() {
+        let mut rng = Rng(0x51ab);
+        let pool = ThreadPool::new(2);
+        let geometries = [
+            // (input [h, w, cin], cout, kernel, stride, pad, groups)
+            ([2, 3, 20], 100, [1, 1], [1, 1], [0, 0], 1),
+            ([3, 3, 8], 70, [3, 3], [1, 1], [1, 1], 1),
+            ([4, 4, 6], 130, [3, 3], [2, 2], [0, 0], 2),
+            ([1, 1, 40], 257, [1, 1], [1, 1], [0, 0], 1),
+        ];
+        for (case, (input, cout, kernel, stride, pad, groups)) in geometries.into_iter().enumerate()
+        {
+            let [h, w, cin] = input;
+            let out = |size: usize, d: usize| (size + 2 * pad[d] - kernel[d]) / stride[d] + 1;
+            let activation = [Activation::Relu6, Activation::None, Activation::Tanh][case % 3];
+            let p = ConvParams {
+                input: [2, h, w, cin],
+                output: [2, out(h, 0), out(w, 1), cout],
+                kernel,
+                stride,
+                dilation: [1, 1],
+                pad,
+                groups,
+                activation,
+            };
+            check(&p, &mut rng, &pool, case);
         }
     }
 

@@ -223,6 +223,90 @@ pub fn gemm_packed_with_isa(
     n1: usize,
     epilogue: Epilogue<'_>,
 ) {
+    // SAFETY: `dst` is an exclusive borrow of `dst.len()` values.
+    unsafe {
+        gemm_packed_raw_with_isa(
+            isa,
+            dst.as_mut_ptr(),
+            dst.len(),
+            dst_row_stride,
+            a,
+            a_row_stride,
+            m,
+            k,
+            b_packed,
+            n,
+            n0,
+            n1,
+            epilogue,
+        )
+    }
+}
+
+/// [`gemm_packed`] into `dst_len` values at `dst`, for tasks that write disjoint column ranges of
+/// the same rows concurrently (which they could not do through overlapping `&mut` slices). Reads
+/// and writes only columns `[n0, n1)` of rows `0..m`.
+///
+/// Panics as [`gemm_packed`] does, with `dst_len` for the destination's length.
+///
+/// # Safety
+/// `dst` must be valid for reads and writes of `dst_len` values, and nothing else may access
+/// columns `[n0, n1)` of rows `0..m` of it while the call runs.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_packed_raw(
+    dst: *mut f32,
+    dst_len: usize,
+    dst_row_stride: usize,
+    a: &[f32],
+    a_row_stride: usize,
+    m: usize,
+    k: usize,
+    b_packed: &[f32],
+    n: usize,
+    n0: usize,
+    n1: usize,
+    epilogue: Epilogue<'_>,
+) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        gemm_packed_raw_with_isa(
+            detected_isa(),
+            dst,
+            dst_len,
+            dst_row_stride,
+            a,
+            a_row_stride,
+            m,
+            k,
+            b_packed,
+            n,
+            n0,
+            n1,
+            epilogue,
+        )
+    }
+}
+
+/// [`gemm_packed_raw`] with the kernel for `isa`.
+///
+/// # Safety
+/// As [`gemm_packed_raw`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_packed_raw_with_isa(
+    isa: Isa,
+    dst: *mut f32,
+    dst_len: usize,
+    dst_row_stride: usize,
+    a: &[f32],
+    a_row_stride: usize,
+    m: usize,
+    k: usize,
+    b_packed: &[f32],
+    n: usize,
+    n0: usize,
+    n1: usize,
+    epilogue: Epilogue<'_>,
+) {
     assert!(isa.is_supported(), "{isa:?} is not supported by this CPU");
     assert!(n0 <= n1 && n1 <= n, "column range {n0}..{n1} of {n}");
     assert_eq!(
@@ -239,9 +323,8 @@ pub fn gemm_packed_with_isa(
         "destination row stride {dst_row_stride} < {n1}"
     );
     assert!(
-        (m - 1) * dst_row_stride + n1 <= dst.len(),
-        "{m} destination rows with stride {dst_row_stride} do not fit {} values",
-        dst.len()
+        (m - 1) * dst_row_stride + n1 <= dst_len,
+        "{m} destination rows with stride {dst_row_stride} do not fit {dst_len} values"
     );
     if let Some(bias) = epilogue.bias {
         assert!(
@@ -252,7 +335,11 @@ pub fn gemm_packed_with_isa(
     }
     if k == 0 {
         for r in 0..m {
-            let row = &mut dst[r * dst_row_stride + n0..r * dst_row_stride + n1];
+            // SAFETY: the assert above puts the row's columns [n0, n1) inside `dst`, and the
+            // caller gives this call exclusive access to them.
+            let row = unsafe {
+                std::slice::from_raw_parts_mut(dst.add(r * dst_row_stride + n0), n1 - n0)
+            };
             if !epilogue.accumulate {
                 row.fill(0.0);
             }
@@ -271,7 +358,7 @@ pub fn gemm_packed_with_isa(
         a.len()
     );
     let g = Gemm {
-        dst: dst.as_mut_ptr(),
+        dst,
         ldd: dst_row_stride,
         a: a.as_ptr(),
         lda: a_row_stride,
