@@ -3,14 +3,8 @@
 //! [`ThreadPool::run`] hands task indices `0..tasks` to the workers and the calling thread, and
 //! returns once every task has finished. Workers are pinned to cores 1, 2, … (wrapping), so the
 //! calling thread plus `threads - 1` workers use `threads` cores.
-//!
-//! A model runs one pool job per layer, back to back, and many layers take only tens of
-//! microseconds; waking a parked thread costs about as much. So a worker that finishes a job
-//! spins for up to [`SPIN`] watching for the next one before it parks, and the caller spins as
-//! long for the workers' last tasks before it sleeps on the condition variable.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -45,30 +39,8 @@ impl Job {
     }
 }
 
-/// How long a thread spins for the next job (worker) or for the workers' last tasks (caller)
-/// before it blocks.
-const SPIN: Duration = Duration::from_micros(100);
-
-/// Spins until `ready()` or [`SPIN`] has passed; returns whether `ready()` became true.
-fn spin_until(ready: impl Fn() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        for _ in 0..64 {
-            if ready() {
-                return true;
-            }
-            std::hint::spin_loop();
-        }
-        if start.elapsed() >= SPIN {
-            return false;
-        }
-    }
-}
-
 #[derive(Default)]
 struct Shared {
-    /// Mirrors `state.generation`, for workers to spin on without taking the lock.
-    posted: AtomicU64,
     state: Mutex<State>,
     wake: Condvar,
     done: Condvar,
@@ -144,13 +116,9 @@ impl ThreadPool {
             let mut state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
             state.job = Some(Arc::clone(&job));
             state.generation += 1;
-            self.shared
-                .posted
-                .store(state.generation, Ordering::Release);
         }
         self.shared.wake.notify_all();
         job.work();
-        spin_until(|| job.remaining.load(Ordering::Acquire) == 0);
         let mut state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         while job.remaining.load(Ordering::Acquire) != 0 {
             state = self
@@ -166,8 +134,6 @@ impl ThreadPool {
 fn worker_loop(shared: &Shared) {
     let mut seen = 0u64;
     loop {
-        // The lock below decides; spinning only delays parking while a next job is likely.
-        spin_until(|| shared.posted.load(Ordering::Acquire) != seen);
         let job = {
             let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             loop {
