@@ -44,9 +44,10 @@ enum Task {
     Demo,
     /// Run every test (installs what they need first).
     Test,
-    /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo).
+    /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo;
+    /// `gemm`: the packed-weight GEMM kernels against the `gemm` crate, GFLOP/s).
     Bench {
-        /// What to benchmark: `cpu`.
+        /// What to benchmark: `cpu` or `gemm`.
         what: String,
         /// Zoo models (default: mobilenet_v2, resnet18, resnet34, inception_v3, vgg16).
         #[arg(long, value_delimiter = ',')]
@@ -54,7 +55,8 @@ enum Task {
         /// Thread counts to measure.
         #[arg(long, value_delimiter = ',', default_value = "1,2")]
         threads: Vec<usize>,
-        /// Interleaved rounds (each: `runs` runs of tandem, then of the interpreter).
+        /// Interleaved rounds (each: `runs` runs of tandem, then of the interpreter); for `gemm`,
+        /// ten times this many samples per kernel and shape.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
         #[arg(long, default_value_t = 5)]
@@ -103,8 +105,10 @@ fn run(task: Task) -> Result<()> {
             runs,
             json,
         } => {
-            if what != "cpu" {
-                anyhow::bail!("unknown benchmark '{what}'; available: cpu");
+            match what.as_str() {
+                "cpu" => {}
+                "gemm" => return bench::bench_gemm(10 * rounds),
+                _ => anyhow::bail!("unknown benchmark '{what}'; available: cpu, gemm"),
             }
             let models = if models.is_empty() {
                 [

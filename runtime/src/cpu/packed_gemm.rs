@@ -1039,7 +1039,6 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::gemm::{matmul, MatRef};
     use crate::rng::Rng;
 
     /// `Σ_i a[r][i] · b[i][c]` in f64, row-major `m × n`.
@@ -1429,112 +1428,5 @@ mod tests {
             3,
             Epilogue::OVERWRITE,
         );
-    }
-
-    /// CPU time of the calling thread in seconds (wall time where that is not available), so that
-    /// time the thread spends descheduled on a shared machine does not count.
-    fn thread_seconds() -> f64 {
-        #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-        {
-            #[repr(C)]
-            struct Timespec {
-                sec: i64,
-                nsec: i64,
-            }
-            extern "C" {
-                fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
-            }
-            const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-            let mut time = Timespec { sec: 0, nsec: 0 };
-            // SAFETY: `time` is a valid, writable `struct timespec` on 64-bit Linux.
-            if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut time) } == 0 {
-                return time.sec as f64 + time.nsec as f64 * 1e-9;
-            }
-        }
-        static START: OnceLock<std::time::Instant> = OnceLock::new();
-        START
-            .get_or_init(std::time::Instant::now)
-            .elapsed()
-            .as_secs_f64()
-    }
-
-    /// Median GFLOP/s of every supported kernel and of [`matmul`] (the `gemm` crate) on
-    /// convolution shapes of ResNet-18 and MobileNetV2, single thread:
-    ///
-    /// ```text
-    /// cargo test -p tandem-runtime --release packed_gemm -- --ignored --nocapture
-    /// ```
-    #[test]
-    #[ignore = "benchmark"]
-    fn throughput() {
-        let shapes = [
-            (12544, 147, 64),
-            (3136, 576, 64),
-            (784, 1152, 128),
-            (196, 2304, 256),
-            (49, 4608, 512),
-            (12544, 32, 16),
-            (3136, 144, 24),
-            (784, 192, 32),
-            (196, 384, 64),
-            (49, 960, 160),
-            (49, 960, 320),
-            (1, 1280, 1000),
-        ];
-        let isas = supported_isas();
-        let mut rng = Rng::new(5);
-        print!("{:>16}", "m × k × n");
-        for isa in &isas {
-            print!(" {:>9}", format!("{isa:?}"));
-        }
-        println!(" {:>9}", "gemm");
-        for (m, k, n) in shapes {
-            let a = rng.uniform(m * k, 1.0);
-            let b = rng.uniform(k * n, 1.0);
-            let packed = pack_b(&b, k, n, n);
-            let mut dst = vec![0.0; m * n];
-            let flops = 2.0 * (m * k * n) as f64;
-            // Samples of about 2 ms of this thread's CPU time, the kernels taking turns, so that
-            // all see the same load from whatever else runs on the machine.
-            let reps = ((2e8 / flops) as usize).max(1);
-            let mut rates = vec![Vec::new(); isas.len() + 1];
-            for round in 0..31 {
-                for (i, rates) in rates.iter_mut().enumerate() {
-                    let t = thread_seconds();
-                    for _ in 0..reps {
-                        match isas.get(i) {
-                            Some(&isa) => gemm_packed_with_isa(
-                                isa,
-                                &mut dst,
-                                n,
-                                &a,
-                                k,
-                                m,
-                                k,
-                                packed.as_slice(),
-                                n,
-                                0,
-                                n,
-                                Epilogue::OVERWRITE,
-                            ),
-                            None => {
-                                let lhs = MatRef::rows(&a, m, k, k);
-                                matmul(&mut dst, n, lhs, MatRef::rows(&b, k, n, n), false);
-                            }
-                        }
-                    }
-                    let seconds = thread_seconds() - t;
-                    if round > 0 {
-                        rates.push(flops * reps as f64 / seconds / 1e9);
-                    }
-                }
-            }
-            print!("{:>16}", format!("{m}×{k}×{n}"));
-            for mut rates in rates {
-                rates.sort_by(f64::total_cmp);
-                print!(" {:>9.1}", rates[rates.len() / 2]);
-            }
-            println!();
-        }
     }
 }
