@@ -177,6 +177,11 @@ pub fn conv2d(
         (tile, c1 - c0)
     };
     let (tiles, chunks) = (pixels.div_ceil(tile), (c1 - c0).div_ceil(chunk));
+    // Kernel rows of few values (stem convolutions on 3 channels: 9 or 21) cost more to gather by
+    // im2col than to multiply; such convolutions read them straight from the input, one GEMM per
+    // kernel row ([`direct_rows`]).
+    let direct = !pointwise && p.groups == 1 && p.dilation[1] == 1 && p.kernel[1] * cin <= 32;
+    let interior = interior_columns(p);
     let shared = SharedOut::new(out);
     // Clamp activations are applied in the GEMM's epilogue; others in a pass over the tile.
     let clamp = match p.activation {
@@ -207,48 +212,102 @@ pub fn conv2d(
             // SAFETY: `dst` is valid for `len` values, and only this task touches its channels.
             unsafe {
                 gemm_packed_raw(
-                    dst, len, cout, a, cin, rows, cin, weights, cout, c0, c1, epilogue,
+                    dst,
+                    len,
+                    cout,
+                    a,
+                    cin,
+                    rows,
+                    cin,
+                    0..cin,
+                    weights,
+                    cout,
+                    c0,
+                    c1,
+                    epilogue,
                 )
             };
-        } else {
-            IM2COL.with(|buf| {
-                let mut buf = buf.borrow_mut();
-                let k = p.depth();
-                buf.resize(rows * k, 0.0);
-                let (gin, gout) = (p.group_in(), p.group_out());
-                for g in (c0 / gout)..c1.div_ceil(gout) {
-                    let (l0, l1) = (
-                        c0.max(g * gout) - g * gout,
-                        c1.min((g + 1) * gout) - g * gout,
-                    );
-                    im2col(image, p, g * gin, p0, rows, &mut buf);
-                    let group = p.group_packed_len();
-                    let w = &weights[g * group..(g + 1) * group];
-                    let epilogue = Epilogue {
-                        accumulate: false,
-                        bias: bias.map(|b| &b[g * gout..]),
+        } else if direct {
+            // Output row by output row: the interior pixels straight from the input, the border
+            // pixels (whose windows reach into the left or right padding) through im2col.
+            let mut q = p0;
+            while q < p0 + rows {
+                let (oy, ox) = (q / wo, q % wo);
+                let end = (p0 + rows).min((oy + 1) * wo);
+                let (lo, hi) = (interior.start.clamp(ox, end - q + ox), interior.end);
+                let hi = hi.clamp(lo, end - q + ox);
+                // SAFETY (all three): pixels [q, end) are this task's, `q - p0` pixels into `dst`.
+                unsafe {
+                    let at = |x: usize| (oy * wo + x - p0) * cout;
+                    im2col_rows(
+                        image,
+                        weights,
+                        bias,
                         clamp,
-                    };
-                    // SAFETY: as above; group g's columns start `g·gout` values into `dst`.
-                    unsafe {
-                        let d = dst.add(g * gout);
-                        gemm_packed_raw(
-                            d,
-                            len - g * gout,
-                            cout,
-                            &buf,
-                            k,
-                            rows,
-                            k,
-                            w,
-                            gout,
-                            l0,
-                            l1,
-                            epilogue,
+                        p,
+                        q..oy * wo + lo,
+                        c0,
+                        c1,
+                        dst.add(at(ox)),
+                        len - at(ox),
+                    );
+                    if !direct_rows(
+                        image,
+                        weights,
+                        bias,
+                        clamp,
+                        p,
+                        oy,
+                        lo..hi,
+                        c0,
+                        c1,
+                        dst.add(at(lo)),
+                        len - at(lo),
+                    ) {
+                        im2col_rows(
+                            image,
+                            weights,
+                            bias,
+                            clamp,
+                            p,
+                            oy * wo + lo..oy * wo + hi,
+                            c0,
+                            c1,
+                            dst.add(at(lo)),
+                            len - at(lo),
                         );
                     }
+                    im2col_rows(
+                        image,
+                        weights,
+                        bias,
+                        clamp,
+                        p,
+                        oy * wo + hi..end,
+                        c0,
+                        c1,
+                        dst.add(at(hi)),
+                        len - at(hi),
+                    );
                 }
-            });
+                q = end;
+            }
+        } else {
+            // SAFETY: as above.
+            unsafe {
+                im2col_rows(
+                    image,
+                    weights,
+                    bias,
+                    clamp,
+                    p,
+                    p0..p0 + rows,
+                    c0,
+                    c1,
+                    dst,
+                    len,
+                )
+            };
         }
         if clamp.is_none() && p.activation != Activation::None {
             for r in 0..rows {
@@ -259,6 +318,153 @@ pub fn conv2d(
             }
         }
     });
+}
+
+/// The output columns `ox` whose kernel windows lie inside the input row (no left or right
+/// padding), given `dilation[1] == 1`.
+fn interior_columns(p: &ConvParams) -> std::ops::Range<usize> {
+    let (w, wo, kw) = (p.input[2], p.output[2], p.kernel[1]);
+    let (s, pad) = (p.stride[1], p.pad[1]);
+    let lo = pad.div_ceil(s).min(wo);
+    let hi = if w + pad >= kw {
+        ((w + pad - kw) / s + 1).min(wo)
+    } else {
+        0
+    };
+    lo..hi.max(lo)
+}
+
+/// Channels `[c0, c1)` of output pixels `pixels` (of one image, consecutive) through im2col and
+/// one GEMM per group, written `dst` onwards (row stride C_out).
+///
+/// # Safety
+/// `dst` must be valid for `dst_len` values, which cover the pixels' rows, and nothing else may
+/// touch their channels `[c0, c1)` meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn im2col_rows(
+    image: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
+    p: &ConvParams,
+    pixels: std::ops::Range<usize>,
+    c0: usize,
+    c1: usize,
+    dst: *mut f32,
+    dst_len: usize,
+) {
+    if pixels.is_empty() {
+        return;
+    }
+    let (rows, cout) = (pixels.len(), p.output[3]);
+    IM2COL.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        let k = p.depth();
+        buf.resize(rows * k, 0.0);
+        let (gin, gout) = (p.group_in(), p.group_out());
+        for g in (c0 / gout)..c1.div_ceil(gout) {
+            let (l0, l1) = (
+                c0.max(g * gout) - g * gout,
+                c1.min((g + 1) * gout) - g * gout,
+            );
+            im2col(image, p, g * gin, pixels.start, rows, &mut buf);
+            let group = p.group_packed_len();
+            let w = &weights[g * group..(g + 1) * group];
+            let epilogue = Epilogue {
+                accumulate: false,
+                bias: bias.map(|b| &b[g * gout..]),
+                clamp,
+            };
+            // SAFETY: the caller's guarantee; group g's columns start `g·gout` values in.
+            unsafe {
+                gemm_packed_raw(
+                    dst.add(g * gout),
+                    dst_len - g * gout,
+                    cout,
+                    &buf,
+                    k,
+                    rows,
+                    k,
+                    0..k,
+                    w,
+                    gout,
+                    l0,
+                    l1,
+                    epilogue,
+                );
+            }
+        }
+    });
+}
+
+/// Channels `[c0, c1)` of output pixels `columns` (inside [`interior_columns`]) of output row
+/// `oy`, written `dst` onwards, for an ungrouped convolution with `dilation[1] == 1`: one GEMM per
+/// kernel row inside the input, whose left-hand side is the input row itself (row `r` of it starts
+/// `r·stride·C_in` values on, and its `KW·C_in` taps are contiguous). Returns false, writing
+/// nothing, when every kernel row falls in the padding.
+///
+/// # Safety
+/// As [`im2col_rows`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn direct_rows(
+    image: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
+    p: &ConvParams,
+    oy: usize,
+    columns: std::ops::Range<usize>,
+    c0: usize,
+    c1: usize,
+    dst: *mut f32,
+    dst_len: usize,
+) -> bool {
+    if columns.is_empty() {
+        return true;
+    }
+    let [_, h, w, cin] = p.input;
+    let cout = p.output[3];
+    let run = p.kernel[1] * cin;
+    let valid: Vec<(usize, usize)> = (0..p.kernel[0])
+        .filter_map(|ky| {
+            let iy = (oy * p.stride[0] + ky * p.dilation[0]).checked_sub(p.pad[0])?;
+            (iy < h).then_some((ky, iy))
+        })
+        .collect();
+    let Some(&(last, _)) = valid.last() else {
+        return false;
+    };
+    let m = columns.len();
+    let lda = p.stride[1] * cin;
+    for (j, &(ky, iy)) in valid.iter().enumerate() {
+        let ix0 = columns.start * p.stride[1] - p.pad[1];
+        let start = (iy * w + ix0) * cin;
+        let a = &image[start..start + (m - 1) * lda + run];
+        let epilogue = Epilogue {
+            accumulate: j > 0,
+            bias: if j == 0 { bias } else { None },
+            clamp: if ky == last { clamp } else { None },
+        };
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            gemm_packed_raw(
+                dst,
+                dst_len,
+                cout,
+                a,
+                lda,
+                m,
+                p.depth(),
+                ky * run..(ky + 1) * run,
+                weights,
+                cout,
+                c0,
+                c1,
+                epilogue,
+            );
+        }
+    }
+    true
 }
 
 /// Fills `buf` (`rows × KH·KW·C_in/groups`) with the receptive fields of output pixels
@@ -421,6 +627,41 @@ mod tests {
                 b.to_bits(),
                 "case {case}: split at {split} changes element {i}"
             );
+        }
+    }
+
+    /// Stem shapes, few input channels (read straight from the input but for the border pixels),
+    /// with SAME and VALID padding, strides 1 and 2, several images, one and two threads.
+    #[test]
+    fn stem_convolutions_match_reference() {
+        let mut rng = Rng(0x57e3);
+        let geometries = [
+            // (input [h, w, cin], cout, kernel, stride, pad [top, left], output [h, w])
+            ([17, 19, 3], 32, [3, 3], [2, 2], [0, 0], [9, 10]),
+            ([16, 16, 3], 40, [3, 3], [2, 2], [1, 1], [8, 8]),
+            ([23, 21, 3], 64, [7, 7], [2, 2], [3, 3], [12, 11]),
+            ([9, 8, 4], 20, [3, 3], [1, 1], [1, 1], [9, 8]),
+            ([6, 30, 1], 9, [5, 5], [1, 3], [2, 2], [6, 10]),
+            ([5, 5, 2], 33, [5, 5], [1, 1], [0, 0], [1, 1]),
+        ];
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            for (case, (input, cout, kernel, stride, pad, [ho, wo])) in
+                geometries.into_iter().enumerate()
+            {
+                let [h, w, cin] = input;
+                let p = ConvParams {
+                    input: [2, h, w, cin],
+                    output: [2, ho, wo, cout],
+                    kernel,
+                    stride,
+                    dilation: [1, 1],
+                    pad,
+                    groups: 1,
+                    activation: [Activation::Relu6, Activation::None, Activation::Relu][case % 3],
+                };
+                check(&p, &mut rng, &pool, case);
+            }
         }
     }
 

@@ -234,6 +234,7 @@ pub fn gemm_packed_with_isa(
             a_row_stride,
             m,
             k,
+            0..k,
             b_packed,
             n,
             n0,
@@ -244,10 +245,13 @@ pub fn gemm_packed_with_isa(
 }
 
 /// [`gemm_packed`] into `dst_len` values at `dst`, for tasks that write disjoint column ranges of
-/// the same rows concurrently (which they could not do through overlapping `&mut` slices). Reads
-/// and writes only columns `[n0, n1)` of rows `0..m`.
+/// the same rows concurrently (which they could not do through overlapping `&mut` slices), over
+/// the rows `depth` of `B` only: `a` has `depth.len()` columns, and the sum runs over
+/// `i` in `depth` of `a[r][i - depth.start] · B[i][c]` (so a convolution can feed each kernel
+/// row's taps straight from the input). Reads and writes only columns `[n0, n1)` of rows `0..m`.
 ///
-/// Panics as [`gemm_packed`] does, with `dst_len` for the destination's length.
+/// Panics as [`gemm_packed`] does, with `dst_len` for the destination's length, and if
+/// `depth.end > k` or `depth.start > depth.end`.
 ///
 /// # Safety
 /// `dst` must be valid for reads and writes of `dst_len` values, and nothing else may access
@@ -261,6 +265,7 @@ pub unsafe fn gemm_packed_raw(
     a_row_stride: usize,
     m: usize,
     k: usize,
+    depth: Range<usize>,
     b_packed: &[f32],
     n: usize,
     n0: usize,
@@ -278,6 +283,7 @@ pub unsafe fn gemm_packed_raw(
             a_row_stride,
             m,
             k,
+            depth,
             b_packed,
             n,
             n0,
@@ -301,6 +307,7 @@ unsafe fn gemm_packed_raw_with_isa(
     a_row_stride: usize,
     m: usize,
     k: usize,
+    depth: Range<usize>,
     b_packed: &[f32],
     n: usize,
     n0: usize,
@@ -315,6 +322,11 @@ unsafe fn gemm_packed_raw_with_isa(
         "packed {k} × {n} matrix needs {} values",
         packed_len(k, n)
     );
+    assert!(
+        depth.start <= depth.end && depth.end <= k,
+        "depth {depth:?} of {k}"
+    );
+    let (panel, k) = (k * NR, depth.len());
     if m == 0 || n0 == n1 {
         return;
     }
@@ -363,7 +375,8 @@ unsafe fn gemm_packed_raw_with_isa(
         a: a.as_ptr(),
         lda: a_row_stride,
         k,
-        b: b_packed.as_ptr(),
+        b: b_packed[depth.start * NR..].as_ptr(),
+        panel,
         accumulate: epilogue.accumulate,
         bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
         clamp: epilogue.clamp,
@@ -392,8 +405,12 @@ struct Gemm {
     ldd: usize,
     a: *const f32,
     lda: usize,
+    /// Depth of the product (rows of `B` it sums over).
     k: usize,
+    /// The packed `B` at the first row of the depth range.
     b: *const f32,
+    /// Values from one panel of `B` to the next.
+    panel: usize,
     accumulate: bool,
     /// Null without a bias; otherwise `n1` values, column `c` at `bias + c`.
     bias: *const f32,
@@ -491,7 +508,7 @@ unsafe fn panels_baseline(g: &Gemm, rows: Range<usize>, cols: Range<usize>) {
             };
             let b = unsafe {
                 std::slice::from_raw_parts(
-                    g.b.add((q / 2) * g.k * NR + d.start * NR + (q % 2) * HALF),
+                    g.b.add((q / 2) * g.panel + d.start * NR + (q % 2) * HALF),
                     (kc - 1) * NR + HALF,
                 )
             };
@@ -690,10 +707,10 @@ mod x86 {
             // `d`, the panels' values and the masked columns.
             unsafe {
                 let a = g.a.add(r.start * g.lda + d.start);
-                let b = g.b.add(p * g.k * NR + d.start * NR + off);
+                let b = g.b.add(p * g.panel + d.start * NR + off);
                 let c = g.dst.add(r.start * g.ldd + p * NR + off);
                 let bias = g.bias.wrapping_add(p * NR + off);
-                let (lda, ldc, panel, kc) = (g.lda, g.ldd, g.k * NR, d.len());
+                let (lda, ldc, panel, kc) = (g.lda, g.ldd, g.panel, d.len());
                 match NV {
                     1 => by_height!(
                         r.len(),
@@ -888,7 +905,7 @@ mod x86 {
             // SAFETY: as in `tiles_avx512`.
             unsafe {
                 let a = g.a.add(r.start * g.lda + d.start);
-                let b = g.b.add(p * g.k * NR + d.start * NR + off);
+                let b = g.b.add(p * g.panel + d.start * NR + off);
                 let c = g.dst.add(r.start * g.ldd + p * NR + off);
                 let bias = g.bias.wrapping_add(p * NR + off);
                 let (lda, ldc, kc) = (g.lda, g.ldd, d.len());
