@@ -159,3 +159,109 @@ pub(crate) fn write_section(path: &Path, marker: &str, body: &str) -> Result<()>
     };
     std::fs::write(path, updated).with_context(|| format!("cannot write {}", path.display()))
 }
+
+/// CPU time of the calling thread in seconds (wall time where that is not available), so that
+/// time the thread spends descheduled on a shared machine does not count.
+fn thread_seconds() -> f64 {
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    {
+        #[repr(C)]
+        struct Timespec {
+            sec: i64,
+            nsec: i64,
+        }
+        extern "C" {
+            fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
+        }
+        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+        let mut time = Timespec { sec: 0, nsec: 0 };
+        // SAFETY: `time` is a valid, writable `struct timespec` on 64-bit Linux.
+        if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut time) } == 0 {
+            return time.sec as f64 + time.nsec as f64 * 1e-9;
+        }
+    }
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+/// `cargo xtask bench gemm`: single-thread GFLOP/s of the packed-weight GEMM
+/// (`runtime/src/cpu/packed_gemm.rs`) with every kernel this CPU supports, and of the `gemm`
+/// crate as the same-run baseline, on convolution shapes of ResNet-18 and MobileNetV2. Medians of
+/// `samples` samples of about 2 ms of thread CPU time each, the kernels taking turns so that all
+/// see the same load. Prints a Markdown table.
+pub fn bench_gemm(samples: usize) -> Result<()> {
+    use tandem_runtime::cpu::gemm::{matmul, MatRef};
+    use tandem_runtime::cpu::packed_gemm::{gemm_packed_with_isa, pack_b, Epilogue};
+    use tandem_runtime::cpu::simd::Isa;
+    use tandem_runtime::rng::Rng;
+
+    let shapes = [
+        (12544, 147, 64),
+        (3136, 576, 64),
+        (784, 1152, 128),
+        (196, 2304, 256),
+        (49, 4608, 512),
+        (12544, 32, 16),
+        (3136, 144, 24),
+        (784, 192, 32),
+        (196, 384, 64),
+        (49, 960, 160),
+        (49, 960, 320),
+        (1, 1280, 1000),
+    ];
+    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_supported()).collect();
+    let mut rng = Rng::new(5);
+    let mut header = String::from("| m×k×n |");
+    for isa in &isas {
+        let _ = write!(header, " {isa:?} (ours) |");
+    }
+    println!("{header} gemm crate |");
+    println!("|---|{}---:|", "---:|".repeat(isas.len()));
+    for (m, k, n) in shapes {
+        let a = rng.uniform(m * k, 1.0);
+        let b = rng.uniform(k * n, 1.0);
+        let packed = pack_b(&b, k, n, n);
+        let mut dst = vec![0.0; m * n];
+        let flops = 2.0 * (m * k * n) as f64;
+        let reps = ((2e8 / flops) as usize).max(1);
+        let mut rates = vec![Vec::new(); isas.len() + 1];
+        // One warm-up round, then `samples` timed ones.
+        for round in 0..=samples.max(1) {
+            for (i, rates) in rates.iter_mut().enumerate() {
+                let t = thread_seconds();
+                for _ in 0..reps {
+                    match isas.get(i) {
+                        Some(&isa) => gemm_packed_with_isa(
+                            isa,
+                            &mut dst,
+                            n,
+                            &a,
+                            k,
+                            m,
+                            k,
+                            packed.as_slice(),
+                            n,
+                            0,
+                            n,
+                            Epilogue::OVERWRITE,
+                        ),
+                        None => {
+                            let lhs = MatRef::rows(&a, m, k, k);
+                            matmul(&mut dst, n, lhs, MatRef::rows(&b, k, n, n), false);
+                        }
+                    }
+                }
+                let seconds = thread_seconds() - t;
+                if round > 0 && seconds > 0.0 {
+                    rates.push(flops * reps as f64 / seconds / 1e9);
+                }
+            }
+        }
+        let mut row = format!("| {m}×{k}×{n} |");
+        for rates in rates {
+            let _ = write!(row, " {:.1} |", median(rates));
+        }
+        println!("{row}");
+    }
+    Ok(())
+}

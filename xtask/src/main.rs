@@ -49,9 +49,10 @@ enum Task {
     Test,
     /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo;
     /// `depthwise`: diagonalwise refactorization against native depthwise on MobileNetV1/V2;
-    /// `sync`: per-wait CPU–GPU synchronisation overhead, SVM polling against event waits).
+    /// `sync`: per-wait CPU–GPU synchronisation overhead, SVM polling against event waits;
+    /// `gemm`: the packed-weight GEMM kernels against the `gemm` crate, GFLOP/s).
     Bench {
-        /// What to benchmark: `cpu` or `depthwise`.
+        /// What to benchmark: `cpu`, `gemm`, `depthwise` or `sync`.
         what: String,
         /// Zoo models (default: mobilenet_v2, resnet18, resnet34, inception_v3, vgg16).
         #[arg(long, value_delimiter = ',')]
@@ -59,7 +60,8 @@ enum Task {
         /// Thread counts to measure.
         #[arg(long, value_delimiter = ',', default_value = "1,2")]
         threads: Vec<usize>,
-        /// Interleaved rounds (each: `runs` runs of tandem, then of the interpreter).
+        /// Interleaved rounds (each: `runs` runs of tandem, then of the interpreter); for `gemm`,
+        /// ten times this many samples per kernel and shape.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
         #[arg(long, default_value_t = 5)]
@@ -113,15 +115,17 @@ fn run(task: Task) -> Result<()> {
             runs,
             json,
         } => {
-            if what == "depthwise" {
-                return bench_depthwise::bench_depthwise(&root, rounds, runs, json);
-            }
-            if what == "sync" {
-                setup::opencl()?;
-                return bench_sync::bench_sync(&root, rounds.max(3) * runs.max(1) * 4, json);
-            }
-            if what != "cpu" {
-                anyhow::bail!("unknown benchmark '{what}'; available: cpu, depthwise, sync");
+            match what.as_str() {
+                "cpu" => {}
+                "gemm" => return bench::bench_gemm(10 * rounds),
+                "depthwise" => return bench_depthwise::bench_depthwise(&root, rounds, runs, json),
+                "sync" => {
+                    setup::opencl()?;
+                    return bench_sync::bench_sync(&root, rounds.max(3) * runs.max(1) * 4, json);
+                }
+                _ => anyhow::bail!(
+                    "unknown benchmark '{what}'; available: cpu, gemm, depthwise, sync"
+                ),
             }
             let models = if models.is_empty() {
                 [

@@ -1,6 +1,6 @@
 //! CONV_2D (and grouped convolution): im2col plus GEMM, over an output-channel range.
 
-use super::packed_gemm::{gemm_packed, pack_b, packed_len};
+use super::packed_gemm::{gemm_packed_raw, pack_b, packed_len, Epilogue, NR};
 use super::shared::SharedOut;
 use super::threads::ThreadPool;
 use super::Activation;
@@ -122,9 +122,9 @@ thread_local! {
     static IM2COL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Output pixels per task. A task fills its rows with the bias, runs the GEMM over them and applies
-/// the activation, so its output tile should stay in L2 between those passes (≈ 128 KB); im2col
-/// convolutions also keep their im2col buffer near 4 MB. There is at least one task per thread.
+/// Output pixels per task: an output tile of about 128 KB (which stays in L2 for the activation
+/// pass of an activation that is not a clamp); im2col convolutions also keep their im2col buffer
+/// near 4 MB. There is at least one task per thread.
 fn tile_pixels(pixels: usize, depth: usize, cout: usize, pointwise: bool, threads: usize) -> usize {
     let per_thread = pixels.div_ceil(threads.max(1)).max(1);
     let output_rows = ((1 << 15) / cout.max(1)).max(64);
@@ -162,53 +162,309 @@ pub fn conv2d(
     }
     let pixels = ho * wo;
     let pointwise = p.kernel == [1, 1] && p.stride == [1, 1] && p.pad == [0, 0] && p.groups == 1;
-    let tile = tile_pixels(pixels, p.depth(), cout, pointwise, pool.threads());
-    let tiles = pixels.div_ceil(tile);
+    let threads = pool.threads();
+    // Few pixels and many channels (the late layers): the weights outweigh the output, so the
+    // threads split the channels, each streaming only its share of the weights, rather than the
+    // pixels.
+    let by_channels = threads > 1 && c1 - c0 > pixels && c1 - c0 >= 2 * NR;
+    let (tile, chunk) = if by_channels {
+        (
+            pixels.max(1),
+            (c1 - c0).div_ceil(threads).next_multiple_of(NR),
+        )
+    } else {
+        let tile = tile_pixels(pixels, p.depth(), cout, pointwise, threads);
+        (tile, c1 - c0)
+    };
+    let (tiles, chunks) = (pixels.div_ceil(tile), (c1 - c0).div_ceil(chunk));
+    // Kernel rows of few values (stem convolutions on 3 channels: 9 or 21) cost more to gather by
+    // im2col than to multiply; such convolutions read them straight from the input, one GEMM per
+    // kernel row ([`direct_rows`]).
+    let direct = !pointwise && p.groups == 1 && p.dilation[1] == 1 && p.kernel[1] * cin <= 32;
+    let interior = interior_columns(p);
     let shared = SharedOut::new(out);
-    pool.run(n * tiles, &|task| {
-        let (b, t) = (task / tiles, task % tiles);
+    // Clamp activations are applied in the GEMM's epilogue; others in a pass over the tile.
+    let clamp = match p.activation {
+        Activation::None => None,
+        a => a.clamp_range(),
+    };
+    pool.run(n * tiles * chunks, &|task| {
+        let (b, t, ch) = (
+            task / (tiles * chunks),
+            task / chunks % tiles,
+            task % chunks,
+        );
         let p0 = t * tile;
         let rows = tile.min(pixels - p0);
-        // SAFETY: each task owns output pixels [p0, p0 + rows) of image b.
-        let dst = unsafe { shared.range((b * pixels + p0) * cout, rows * cout) };
-        for r in 0..rows {
-            let row = &mut dst[r * cout + c0..r * cout + c1];
-            match bias {
-                Some(bias) => row.copy_from_slice(&bias[c0..c1]),
-                None => row.fill(0.0),
-            }
-        }
+        let (c0, c1) = (c0 + ch * chunk, c1.min(c0 + (ch + 1) * chunk));
+        let len = rows * cout;
+        // Each task owns channels [c0, c1) of output pixels [p0, p0 + rows) of image b.
+        let dst = shared.ptr_range((b * pixels + p0) * cout, len);
         let image =
             &input[b * p.input[1] * p.input[2] * cin..(b + 1) * p.input[1] * p.input[2] * cin];
         if pointwise {
             let a = &image[p0 * cin..(p0 + rows) * cin];
-            gemm_packed(dst, cout, a, cin, rows, cin, weights, cout, c0, c1, true);
-        } else {
-            IM2COL.with(|buf| {
-                let mut buf = buf.borrow_mut();
-                let k = p.depth();
-                buf.resize(rows * k, 0.0);
-                let (gin, gout) = (p.group_in(), p.group_out());
-                for g in (c0 / gout)..c1.div_ceil(gout) {
-                    let (l0, l1) = (
-                        c0.max(g * gout) - g * gout,
-                        c1.min((g + 1) * gout) - g * gout,
+            let epilogue = Epilogue {
+                accumulate: false,
+                bias,
+                clamp,
+            };
+            // SAFETY: `dst` is valid for `len` values, and only this task touches its channels.
+            unsafe {
+                gemm_packed_raw(
+                    dst,
+                    len,
+                    cout,
+                    a,
+                    cin,
+                    rows,
+                    cin,
+                    0..cin,
+                    weights,
+                    cout,
+                    c0,
+                    c1,
+                    epilogue,
+                )
+            };
+        } else if direct {
+            // Output row by output row: the interior pixels straight from the input, the border
+            // pixels (whose windows reach into the left or right padding) through im2col.
+            let mut q = p0;
+            while q < p0 + rows {
+                let (oy, ox) = (q / wo, q % wo);
+                let end = (p0 + rows).min((oy + 1) * wo);
+                let (lo, hi) = (interior.start.clamp(ox, end - q + ox), interior.end);
+                let hi = hi.clamp(lo, end - q + ox);
+                // SAFETY (all three): pixels [q, end) are this task's, `q - p0` pixels into `dst`.
+                unsafe {
+                    let at = |x: usize| (oy * wo + x - p0) * cout;
+                    im2col_rows(
+                        image,
+                        weights,
+                        bias,
+                        clamp,
+                        p,
+                        q..oy * wo + lo,
+                        c0,
+                        c1,
+                        dst.add(at(ox)),
+                        len - at(ox),
                     );
-                    im2col(image, p, g * gin, p0, rows, &mut buf);
-                    let group = p.group_packed_len();
-                    let w = &weights[g * group..(g + 1) * group];
-                    let d = &mut dst[g * gout..];
-                    gemm_packed(d, cout, &buf, k, rows, k, w, gout, l0, l1, true);
+                    if !direct_rows(
+                        image,
+                        weights,
+                        bias,
+                        clamp,
+                        p,
+                        oy,
+                        lo..hi,
+                        c0,
+                        c1,
+                        dst.add(at(lo)),
+                        len - at(lo),
+                    ) {
+                        im2col_rows(
+                            image,
+                            weights,
+                            bias,
+                            clamp,
+                            p,
+                            oy * wo + lo..oy * wo + hi,
+                            c0,
+                            c1,
+                            dst.add(at(lo)),
+                            len - at(lo),
+                        );
+                    }
+                    im2col_rows(
+                        image,
+                        weights,
+                        bias,
+                        clamp,
+                        p,
+                        oy * wo + hi..end,
+                        c0,
+                        c1,
+                        dst.add(at(hi)),
+                        len - at(hi),
+                    );
                 }
-            });
+                q = end;
+            }
+        } else {
+            // SAFETY: as above.
+            unsafe {
+                im2col_rows(
+                    image,
+                    weights,
+                    bias,
+                    clamp,
+                    p,
+                    p0..p0 + rows,
+                    c0,
+                    c1,
+                    dst,
+                    len,
+                )
+            };
         }
-        if p.activation != Activation::None {
+        if clamp.is_none() && p.activation != Activation::None {
             for r in 0..rows {
-                p.activation
-                    .apply_slice(&mut dst[r * cout + c0..r * cout + c1]);
+                // SAFETY: row r's channels [c0, c1) are inside `dst` and owned by this task.
+                let row =
+                    unsafe { std::slice::from_raw_parts_mut(dst.add(r * cout + c0), c1 - c0) };
+                p.activation.apply_slice(row);
             }
         }
     });
+}
+
+/// The output columns `ox` whose kernel windows lie inside the input row (no left or right
+/// padding), given `dilation[1] == 1`.
+fn interior_columns(p: &ConvParams) -> std::ops::Range<usize> {
+    let (w, wo, kw) = (p.input[2], p.output[2], p.kernel[1]);
+    let (s, pad) = (p.stride[1], p.pad[1]);
+    let lo = pad.div_ceil(s).min(wo);
+    let hi = if w + pad >= kw {
+        ((w + pad - kw) / s + 1).min(wo)
+    } else {
+        0
+    };
+    lo..hi.max(lo)
+}
+
+/// Channels `[c0, c1)` of output pixels `pixels` (of one image, consecutive) through im2col and
+/// one GEMM per group, written `dst` onwards (row stride C_out).
+///
+/// # Safety
+/// `dst` must be valid for `dst_len` values, which cover the pixels' rows, and nothing else may
+/// touch their channels `[c0, c1)` meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn im2col_rows(
+    image: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
+    p: &ConvParams,
+    pixels: std::ops::Range<usize>,
+    c0: usize,
+    c1: usize,
+    dst: *mut f32,
+    dst_len: usize,
+) {
+    if pixels.is_empty() {
+        return;
+    }
+    let (rows, cout) = (pixels.len(), p.output[3]);
+    IM2COL.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        let k = p.depth();
+        buf.resize(rows * k, 0.0);
+        let (gin, gout) = (p.group_in(), p.group_out());
+        for g in (c0 / gout)..c1.div_ceil(gout) {
+            let (l0, l1) = (
+                c0.max(g * gout) - g * gout,
+                c1.min((g + 1) * gout) - g * gout,
+            );
+            im2col(image, p, g * gin, pixels.start, rows, &mut buf);
+            let group = p.group_packed_len();
+            let w = &weights[g * group..(g + 1) * group];
+            let epilogue = Epilogue {
+                accumulate: false,
+                bias: bias.map(|b| &b[g * gout..]),
+                clamp,
+            };
+            // SAFETY: the caller's guarantee; group g's columns start `g·gout` values in.
+            unsafe {
+                gemm_packed_raw(
+                    dst.add(g * gout),
+                    dst_len - g * gout,
+                    cout,
+                    &buf,
+                    k,
+                    rows,
+                    k,
+                    0..k,
+                    w,
+                    gout,
+                    l0,
+                    l1,
+                    epilogue,
+                );
+            }
+        }
+    });
+}
+
+/// Channels `[c0, c1)` of output pixels `columns` (inside [`interior_columns`]) of output row
+/// `oy`, written `dst` onwards, for an ungrouped convolution with `dilation[1] == 1`: one GEMM per
+/// kernel row inside the input, whose left-hand side is the input row itself (row `r` of it starts
+/// `r·stride·C_in` values on, and its `KW·C_in` taps are contiguous). Returns false, writing
+/// nothing, when every kernel row falls in the padding.
+///
+/// # Safety
+/// As [`im2col_rows`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn direct_rows(
+    image: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
+    p: &ConvParams,
+    oy: usize,
+    columns: std::ops::Range<usize>,
+    c0: usize,
+    c1: usize,
+    dst: *mut f32,
+    dst_len: usize,
+) -> bool {
+    if columns.is_empty() {
+        return true;
+    }
+    let [_, h, w, cin] = p.input;
+    let cout = p.output[3];
+    let run = p.kernel[1] * cin;
+    let valid: Vec<(usize, usize)> = (0..p.kernel[0])
+        .filter_map(|ky| {
+            let iy = (oy * p.stride[0] + ky * p.dilation[0]).checked_sub(p.pad[0])?;
+            (iy < h).then_some((ky, iy))
+        })
+        .collect();
+    let Some(&(last, _)) = valid.last() else {
+        return false;
+    };
+    let m = columns.len();
+    let lda = p.stride[1] * cin;
+    for (j, &(ky, iy)) in valid.iter().enumerate() {
+        let ix0 = columns.start * p.stride[1] - p.pad[1];
+        let start = (iy * w + ix0) * cin;
+        let a = &image[start..start + (m - 1) * lda + run];
+        let epilogue = Epilogue {
+            accumulate: j > 0,
+            bias: if j == 0 { bias } else { None },
+            clamp: if ky == last { clamp } else { None },
+        };
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            gemm_packed_raw(
+                dst,
+                dst_len,
+                cout,
+                a,
+                lda,
+                m,
+                p.depth(),
+                ky * run..(ky + 1) * run,
+                weights,
+                cout,
+                c0,
+                c1,
+                epilogue,
+            );
+        }
+    }
+    true
 }
 
 /// Fills `buf` (`rows × KH·KW·C_in/groups`) with the receptive fields of output pixels
@@ -297,7 +553,7 @@ mod tests {
     fn matches_reference_on_random_geometries_and_channel_ranges() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let pool = ThreadPool::new(2);
-        for case in 0..60 {
+        for case in 0..80 {
             let groups = [1, 1, 1, 2, 3][rng.below(5)];
             let gin = 1 + rng.below(6);
             let gout = 1 + rng.below(7);
@@ -329,50 +585,82 @@ mod tests {
                 dilation,
                 pad: [pt, pl],
                 groups,
-                activation: [Activation::None, Activation::Relu, Activation::Relu6][case % 3],
+                activation: [
+                    Activation::None,
+                    Activation::Relu,
+                    Activation::Relu6,
+                    Activation::ReluN1To1,
+                    Activation::Tanh,
+                ][case % 5],
             };
-            p.validate().expect("valid geometry");
-            let input = rng.values(n * h * w * p.input[3]);
-            let weights = rng.values(p.output[3] * kernel[0] * kernel[1] * gin);
-            let bias = rng.values(p.output[3]);
-            let want = reference(&input, &weights, &bias, &p);
-            let packed = pack_conv_weights(&weights, &p);
-            let cout = p.output[3];
-            // The whole range at once, then the same result from two ranges split at random.
-            let mut got = vec![f32::NAN; want.len()];
-            conv2d(&input, &packed, Some(&bias), &mut got, &p, 0, cout, &pool);
-            let split = rng.below(cout + 1);
-            let mut halves = vec![f32::NAN; want.len()];
-            conv2d(
-                &input,
-                &packed,
-                Some(&bias),
-                &mut halves,
-                &p,
-                0,
-                split,
-                &pool,
+            check(&p, &mut rng, &pool, case);
+        }
+    }
+
+    /// Runs `p` on random operands over the whole channel range and over two ranges split at
+    /// random, and checks both against [`reference`] (and each other, bit for bit).
+    fn check(p: &ConvParams, rng: &mut Rng, pool: &ThreadPool, case: usize) {
+        p.validate().expect("valid geometry");
+        let [n, h, w, _] = p.input;
+        let input = rng.values(n * h * w * p.input[3]);
+        let weights = rng.values(p.output[3] * p.depth());
+        let bias = rng.values(p.output[3]);
+        let want = reference(&input, &weights, &bias, p);
+        let packed = pack_conv_weights(&weights, p);
+        let cout = p.output[3];
+        let run = |out: &mut [f32], c0: usize, c1: usize| {
+            conv2d(&input, &packed, Some(&bias), out, p, c0, c1, pool);
+        };
+        let mut got = vec![f32::NAN; want.len()];
+        run(&mut got, 0, cout);
+        let split = rng.below(cout + 1);
+        let mut halves = vec![f32::NAN; want.len()];
+        run(&mut halves, 0, split);
+        run(&mut halves, split, cout);
+        for (i, ((a, b), c)) in got.iter().zip(&halves).zip(&want).enumerate() {
+            assert!(
+                (a - c).abs() <= 1e-4 * c.abs().max(1.0),
+                "case {case} {p:?} at {i}: {a} vs {c}"
             );
-            conv2d(
-                &input,
-                &packed,
-                Some(&bias),
-                &mut halves,
-                &p,
-                split,
-                cout,
-                &pool,
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "case {case}: split at {split} changes element {i}"
             );
-            for (i, ((a, b), c)) in got.iter().zip(&halves).zip(&want).enumerate() {
-                assert!(
-                    (a - c).abs() <= 1e-4 * c.abs().max(1.0),
-                    "case {case} {p:?} at {i}: {a} vs {c}"
-                );
-                assert_eq!(
-                    a.to_bits(),
-                    b.to_bits(),
-                    "case {case}: split at {split} changes element {i}"
-                );
+        }
+    }
+
+    /// Stem shapes, few input channels (read straight from the input but for the border pixels),
+    /// with SAME and VALID padding, strides 1 and 2, several images, one and two threads.
+    #[test]
+    fn stem_convolutions_match_reference() {
+        let mut rng = Rng(0x57e3);
+        let geometries = [
+            // (input [h, w, cin], cout, kernel, stride, pad [top, left], output [h, w])
+            ([17, 19, 3], 32, [3, 3], [2, 2], [0, 0], [9, 10]),
+            ([16, 16, 3], 40, [3, 3], [2, 2], [1, 1], [8, 8]),
+            ([23, 21, 3], 64, [7, 7], [2, 2], [3, 3], [12, 11]),
+            ([9, 8, 4], 20, [3, 3], [1, 1], [1, 1], [9, 8]),
+            ([6, 30, 1], 9, [5, 5], [1, 3], [2, 2], [6, 10]),
+            ([5, 5, 2], 33, [5, 5], [1, 1], [0, 0], [1, 1]),
+        ];
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            for (case, (input, cout, kernel, stride, pad, [ho, wo])) in
+                geometries.into_iter().enumerate()
+            {
+                let [h, w, cin] = input;
+                let p = ConvParams {
+                    input: [2, h, w, cin],
+                    output: [2, ho, wo, cout],
+                    kernel,
+                    stride,
+                    dilation: [1, 1],
+                    pad,
+                    groups: 1,
+                    activation: [Activation::Relu6, Activation::None, Activation::Relu][case % 3],
+                };
+                check(&p, &mut rng, &pool, case);
             }
         }
     }
@@ -438,6 +726,37 @@ mod tests {
                     "{p:?} cuts {cuts:?} at {i}: {a} vs {c}"
                 );
             }
+        }
+    }
+
+    /// Late-layer shapes, more channels than pixels, which the threads split by channel.
+    #[test]
+    fn few_pixels_and_many_channels_match_reference() {
+        let mut rng = Rng(0x51ab);
+        let pool = ThreadPool::new(2);
+        let geometries = [
+            // (input [h, w, cin], cout, kernel, stride, pad, groups)
+            ([2, 3, 20], 100, [1, 1], [1, 1], [0, 0], 1),
+            ([3, 3, 8], 70, [3, 3], [1, 1], [1, 1], 1),
+            ([4, 4, 6], 130, [3, 3], [2, 2], [0, 0], 2),
+            ([1, 1, 40], 257, [1, 1], [1, 1], [0, 0], 1),
+        ];
+        for (case, (input, cout, kernel, stride, pad, groups)) in geometries.into_iter().enumerate()
+        {
+            let [h, w, cin] = input;
+            let out = |size: usize, d: usize| (size + 2 * pad[d] - kernel[d]) / stride[d] + 1;
+            let activation = [Activation::Relu6, Activation::None, Activation::Tanh][case % 3];
+            let p = ConvParams {
+                input: [2, h, w, cin],
+                output: [2, out(h, 0), out(w, 1), cout],
+                kernel,
+                stride,
+                dilation: [1, 1],
+                pad,
+                groups,
+                activation,
+            };
+            check(&p, &mut rng, &pool, case);
         }
     }
 

@@ -124,25 +124,57 @@ pub fn pack_b(b: &[f32], k: usize, n: usize, row_stride: usize) -> PackedB {
     PackedB { k, n, data }
 }
 
+/// What each output of [`gemm_packed`] starts from and what is applied to it before it is stored:
+///
+/// ```text
+/// dst[r][c] = clamp((accumulate ? dst[r][c] : 0) + bias[c] + Σ_i a[r][i] · B[i][c])
+/// ```
+///
+/// with `bias[c] = 0` without a bias and `clamp` the identity without a clamp. The bias and the
+/// clamp are applied in the micro-kernels' registers, so a fused layer writes its output once.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Epilogue<'a> {
+    /// Add to what `dst` holds rather than overwrite it.
+    pub accumulate: bool,
+    /// One value per column of the whole matrix (`n` of them; only `[n0, n1)` are read).
+    pub bias: Option<&'a [f32]>,
+    /// `(lo, hi)`: each final value becomes `min(hi, max(lo, v))`; NaN stays NaN.
+    pub clamp: Option<(f32, f32)>,
+}
+
+impl Epilogue<'_> {
+    /// Overwrite `dst` with the plain product.
+    pub const OVERWRITE: Epilogue<'static> = Epilogue {
+        accumulate: false,
+        bias: None,
+        clamp: None,
+    };
+    /// Add the plain product to `dst`.
+    pub const ACCUMULATE: Epilogue<'static> = Epilogue {
+        accumulate: true,
+        bias: None,
+        clamp: None,
+    };
+}
+
 /// The widest instruction set this CPU supports, detected once.
 fn detected_isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(Isa::detect)
 }
 
-/// `dst[r][c] (+)= Σ_i a[r][i] · B[i][c]` for rows `r < m` and columns `c` in `[n0, n1)`, with
-/// the best kernel for this CPU.
+/// `dst[r][c] = clamp((dst[r][c]) + bias[c] + Σ_i a[r][i] · B[i][c])` for rows `r < m` and columns
+/// `c` in `[n0, n1)` (see [`Epilogue`]), with the best kernel for this CPU.
 ///
 /// * `a` is row-major `m × k`: element `(r, i)` at `a[r * a_row_stride + i]`. Rows may overlap
 ///   (`a_row_stride < k`), for instance the sliding windows of a 1-D convolution.
 /// * `b_packed` is a `k × n` matrix in the panel layout ([`pack_b`], [`PackedB::as_slice`]).
 /// * `dst` element `(r, c)` is `dst[r * dst_row_stride + c]`; only columns `[n0, n1)` of rows
-///   `0..m` are read or written. With `accumulate` the products are added to what `dst` holds
-///   (for instance a bias), otherwise they overwrite it.
+///   `0..m` are read (only with `epilogue.accumulate`) or written.
 ///
 /// `n0` and `n1` need not be multiples of [`NR`]. Panics if `n0 > n1`, `n1 > n`,
-/// `b_packed.len() != packed_len(k, n)`, `dst_row_stride < n1` (with `m > 1`), or a view does not
-/// fit its slice.
+/// `b_packed.len() != packed_len(k, n)`, `dst_row_stride < n1` (with `m > 1`), the bias has fewer
+/// than `n1` values, or a view does not fit its slice.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_packed(
     dst: &mut [f32],
@@ -155,7 +187,7 @@ pub fn gemm_packed(
     n: usize,
     n0: usize,
     n1: usize,
-    accumulate: bool,
+    epilogue: Epilogue<'_>,
 ) {
     gemm_packed_with_isa(
         detected_isa(),
@@ -169,7 +201,7 @@ pub fn gemm_packed(
         n,
         n0,
         n1,
-        accumulate,
+        epilogue,
     );
 }
 
@@ -189,7 +221,98 @@ pub fn gemm_packed_with_isa(
     n: usize,
     n0: usize,
     n1: usize,
-    accumulate: bool,
+    epilogue: Epilogue<'_>,
+) {
+    // SAFETY: `dst` is an exclusive borrow of `dst.len()` values.
+    unsafe {
+        gemm_packed_raw_with_isa(
+            isa,
+            dst.as_mut_ptr(),
+            dst.len(),
+            dst_row_stride,
+            a,
+            a_row_stride,
+            m,
+            k,
+            0..k,
+            b_packed,
+            n,
+            n0,
+            n1,
+            epilogue,
+        )
+    }
+}
+
+/// [`gemm_packed`] into `dst_len` values at `dst`, for tasks that write disjoint column ranges of
+/// the same rows concurrently (which they could not do through overlapping `&mut` slices), over
+/// the rows `depth` of `B` only: `a` has `depth.len()` columns, and the sum runs over
+/// `i` in `depth` of `a[r][i - depth.start] · B[i][c]` (so a convolution can feed each kernel
+/// row's taps straight from the input). Reads and writes only columns `[n0, n1)` of rows `0..m`.
+///
+/// Panics as [`gemm_packed`] does, with `dst_len` for the destination's length, and if
+/// `depth.end > k` or `depth.start > depth.end`.
+///
+/// # Safety
+/// `dst` must be valid for reads and writes of `dst_len` values, and nothing else may access
+/// columns `[n0, n1)` of rows `0..m` of it while the call runs.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_packed_raw(
+    dst: *mut f32,
+    dst_len: usize,
+    dst_row_stride: usize,
+    a: &[f32],
+    a_row_stride: usize,
+    m: usize,
+    k: usize,
+    depth: Range<usize>,
+    b_packed: &[f32],
+    n: usize,
+    n0: usize,
+    n1: usize,
+    epilogue: Epilogue<'_>,
+) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        gemm_packed_raw_with_isa(
+            detected_isa(),
+            dst,
+            dst_len,
+            dst_row_stride,
+            a,
+            a_row_stride,
+            m,
+            k,
+            depth,
+            b_packed,
+            n,
+            n0,
+            n1,
+            epilogue,
+        )
+    }
+}
+
+/// [`gemm_packed_raw`] with the kernel for `isa`.
+///
+/// # Safety
+/// As [`gemm_packed_raw`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_packed_raw_with_isa(
+    isa: Isa,
+    dst: *mut f32,
+    dst_len: usize,
+    dst_row_stride: usize,
+    a: &[f32],
+    a_row_stride: usize,
+    m: usize,
+    k: usize,
+    depth: Range<usize>,
+    b_packed: &[f32],
+    n: usize,
+    n0: usize,
+    n1: usize,
+    epilogue: Epilogue<'_>,
 ) {
     assert!(isa.is_supported(), "{isa:?} is not supported by this CPU");
     assert!(n0 <= n1 && n1 <= n, "column range {n0}..{n1} of {n}");
@@ -199,6 +322,11 @@ pub fn gemm_packed_with_isa(
         "packed {k} × {n} matrix needs {} values",
         packed_len(k, n)
     );
+    assert!(
+        depth.start <= depth.end && depth.end <= k,
+        "depth {depth:?} of {k}"
+    );
+    let (panel, k) = (k * NR, depth.len());
     if m == 0 || n0 == n1 {
         return;
     }
@@ -207,14 +335,31 @@ pub fn gemm_packed_with_isa(
         "destination row stride {dst_row_stride} < {n1}"
     );
     assert!(
-        (m - 1) * dst_row_stride + n1 <= dst.len(),
-        "{m} destination rows with stride {dst_row_stride} do not fit {} values",
-        dst.len()
+        (m - 1) * dst_row_stride + n1 <= dst_len,
+        "{m} destination rows with stride {dst_row_stride} do not fit {dst_len} values"
     );
+    if let Some(bias) = epilogue.bias {
+        assert!(
+            bias.len() >= n1,
+            "bias of {} values for columns up to {n1}",
+            bias.len()
+        );
+    }
     if k == 0 {
-        if !accumulate {
-            for r in 0..m {
-                dst[r * dst_row_stride + n0..r * dst_row_stride + n1].fill(0.0);
+        for r in 0..m {
+            // SAFETY: the assert above puts the row's columns [n0, n1) inside `dst`, and the
+            // caller gives this call exclusive access to them.
+            let row = unsafe {
+                std::slice::from_raw_parts_mut(dst.add(r * dst_row_stride + n0), n1 - n0)
+            };
+            if !epilogue.accumulate {
+                row.fill(0.0);
+            }
+            if let Some(bias) = epilogue.bias {
+                row.iter_mut().zip(&bias[n0..n1]).for_each(|(d, b)| *d += b);
+            }
+            if let Some((lo, hi)) = epilogue.clamp {
+                row.iter_mut().for_each(|d| *d = clamp(*d, lo, hi));
             }
         }
         return;
@@ -225,13 +370,16 @@ pub fn gemm_packed_with_isa(
         a.len()
     );
     let g = Gemm {
-        dst: dst.as_mut_ptr(),
+        dst,
         ldd: dst_row_stride,
         a: a.as_ptr(),
         lda: a_row_stride,
         k,
-        b: b_packed.as_ptr(),
-        accumulate,
+        b: b_packed[depth.start * NR..].as_ptr(),
+        panel,
+        accumulate: epilogue.accumulate,
+        bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
+        clamp: epilogue.clamp,
     };
     let block_rows = (A_BLOCK_BYTES / (4 * k)).max(32);
     let blocks = m.div_ceil(block_rows);
@@ -257,35 +405,71 @@ struct Gemm {
     ldd: usize,
     a: *const f32,
     lda: usize,
+    /// Depth of the product (rows of `B` it sums over).
     k: usize,
+    /// The packed `B` at the first row of the depth range.
     b: *const f32,
+    /// Values from one panel of `B` to the next.
+    panel: usize,
     accumulate: bool,
+    /// Null without a bias; otherwise `n1` values, column `c` at `bias + c`.
+    bias: *const f32,
+    clamp: Option<(f32, f32)>,
+}
+
+/// How one micro-kernel call starts and ends its accumulators.
+#[derive(Clone, Copy)]
+struct Ends {
+    /// Start from `dst` (accumulating, or a later `K` block) rather than from zero.
+    load: bool,
+    /// Add the bias (the first `K` block of a call with a bias).
+    bias: bool,
+    /// Clamp before storing (the last `K` block of a call with a clamp).
+    clamp: Option<(f32, f32)>,
 }
 
 impl Gemm {
-    /// Calls `tile(rows, depth, load, first)` for every `K` block (in order) and every tile of at
-    /// most `mr` rows of `rows`, splitting `rows` into tiles of near-equal height. `load` says
-    /// whether the tile starts from `dst` (accumulating, or a later `K` block) rather than from
-    /// zero; `first` marks the block's first tile, the one that brings the panel slice into cache.
+    /// Calls `tile(rows, depth, ends, first)` for every `K` block (in order) and every tile of at
+    /// most `mr` rows of `rows`, splitting `rows` into tiles of near-equal height. `ends` says how
+    /// the tile's accumulators start and end; `first` marks the block's first tile, the one that
+    /// brings the panel slice into cache.
     #[inline(always)]
     fn for_each_tile(
         &self,
         rows: Range<usize>,
         mr: usize,
-        mut tile: impl FnMut(Range<usize>, Range<usize>, bool, bool),
+        mut tile: impl FnMut(Range<usize>, Range<usize>, Ends, bool),
     ) {
         let tiles = rows.len().div_ceil(mr);
         let mut k0 = 0;
         while k0 < self.k {
             let depth = k0..self.k.min(k0 + KC);
-            let load = self.accumulate || k0 > 0;
+            let ends = Ends {
+                load: self.accumulate || k0 > 0,
+                bias: k0 == 0 && !self.bias.is_null(),
+                clamp: if depth.end == self.k {
+                    self.clamp
+                } else {
+                    None
+                },
+            };
             for t in 0..tiles {
                 let r0 = rows.start + t * rows.len() / tiles;
                 let r1 = rows.start + (t + 1) * rows.len() / tiles;
-                tile(r0..r1, depth.clone(), load, t == 0);
+                tile(r0..r1, depth.clone(), ends, t == 0);
             }
             k0 = depth.end;
         }
+    }
+}
+
+/// `min(hi, max(lo, x))`, keeping NaN, as the vector kernels compute it.
+#[inline(always)]
+fn clamp(x: f32, lo: f32, hi: f32) -> f32 {
+    if x.is_nan() {
+        x
+    } else {
+        x.max(lo).min(hi)
     }
 }
 
@@ -315,7 +499,7 @@ unsafe fn panels_baseline(g: &Gemm, rows: Range<usize>, cols: Range<usize>) {
     for q in cols.start / HALF..cols.end.div_ceil(HALF) {
         let first = q * HALF;
         let live = cols.start.max(first) - first..cols.end.min(first + HALF) - first;
-        g.for_each_tile(rows.clone(), BASELINE_MR, |r, d, load, _| {
+        g.for_each_tile(rows.clone(), BASELINE_MR, |r, d, ends, _| {
             let (h, kc) = (r.len(), d.len());
             // SAFETY (slices below): the caller guarantees rows `r`, depth `d` and columns
             // `first + live` are inside the operands, and half panel `q` inside the packed matrix.
@@ -324,7 +508,7 @@ unsafe fn panels_baseline(g: &Gemm, rows: Range<usize>, cols: Range<usize>) {
             };
             let b = unsafe {
                 std::slice::from_raw_parts(
-                    g.b.add((q / 2) * g.k * NR + d.start * NR + (q % 2) * HALF),
+                    g.b.add((q / 2) * g.panel + d.start * NR + (q % 2) * HALF),
                     (kc - 1) * NR + HALF,
                 )
             };
@@ -334,6 +518,10 @@ unsafe fn panels_baseline(g: &Gemm, rows: Range<usize>, cols: Range<usize>) {
                     (h - 1) * g.ldd + live.len(),
                 )
             };
+            // SAFETY: with a bias, the caller guarantees columns `first + live` are inside it.
+            let bias = ends.bias.then(|| unsafe {
+                std::slice::from_raw_parts(g.bias.add(first + live.start), live.len())
+            });
             let t = Tile {
                 a,
                 lda: g.lda,
@@ -342,7 +530,9 @@ unsafe fn panels_baseline(g: &Gemm, rows: Range<usize>, cols: Range<usize>) {
                 c,
                 ldc: g.ldd,
                 live: live.clone(),
-                load,
+                load: ends.load,
+                bias,
+                clamp: ends.clamp,
             };
             by_height!(h, [1 2 3 4], |MR| tile_baseline::<MR>(t));
         });
@@ -363,6 +553,9 @@ struct Tile<'a> {
     /// Columns of the half panel to write.
     live: Range<usize>,
     load: bool,
+    /// The bias of the live columns, to add first.
+    bias: Option<&'a [f32]>,
+    clamp: Option<(f32, f32)>,
 }
 
 /// `c (+)= a · b` for an `MR × HALF` tile, in portable Rust.
@@ -373,6 +566,13 @@ fn tile_baseline<const MR: usize>(t: Tile<'_>) {
         for (r, acc) in acc.iter_mut().enumerate() {
             let row = &t.c[r * t.ldc..r * t.ldc + t.live.len()];
             acc[t.live.clone()].copy_from_slice(row);
+        }
+    }
+    if let Some(bias) = t.bias {
+        for acc in acc.iter_mut() {
+            for (acc, &b) in acc[t.live.clone()].iter_mut().zip(bias) {
+                *acc = if t.load { *acc + b } else { b };
+            }
         }
     }
     let rows: [&[f32]; MR] = std::array::from_fn(|r| &t.a[r * t.lda..r * t.lda + t.kc]);
@@ -389,6 +589,11 @@ fn tile_baseline<const MR: usize>(t: Tile<'_>) {
             }
         }
     }
+    if let Some((lo, hi)) = t.clamp {
+        for acc in acc.iter_mut() {
+            acc.iter_mut().for_each(|x| *x = clamp(*x, lo, hi));
+        }
+    }
     for (r, acc) in acc.iter().enumerate() {
         t.c[r * t.ldc..r * t.ldc + t.live.len()].copy_from_slice(&acc[t.live.clone()]);
     }
@@ -396,7 +601,7 @@ fn tile_baseline<const MR: usize>(t: Tile<'_>) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Gemm, HALF, NR};
+    use super::{Ends, Gemm, HALF, NR};
     use std::arch::x86_64::*;
     use std::ops::Range;
 
@@ -495,31 +700,38 @@ mod x86 {
             2 => MR_512,
             _ => MR_512_GROUP,
         };
-        g.for_each_tile(rows, mr, |r, d, load, first| {
+        g.for_each_tile(rows, mr, |r, d, ends, first| {
             // SAFETY: row `r.start`, depth `d.start` and panel `p` are inside the operands, and
             // column `p·NR + off` is at or before a masked column of each row, so these pointers
             // stay inside their allocations; the kernel reads and writes only rows `r`, depth
             // `d`, the panels' values and the masked columns.
             unsafe {
                 let a = g.a.add(r.start * g.lda + d.start);
-                let b = g.b.add(p * g.k * NR + d.start * NR + off);
+                let b = g.b.add(p * g.panel + d.start * NR + off);
                 let c = g.dst.add(r.start * g.ldd + p * NR + off);
-                let (lda, ldc, panel, kc) = (g.lda, g.ldd, g.k * NR, d.len());
+                let bias = g.bias.wrapping_add(p * NR + off);
+                let (lda, ldc, panel, kc) = (g.lda, g.ldd, g.panel, d.len());
                 match NV {
                     1 => by_height!(
                         r.len(),
                         [1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24],
-                        |MR| tile_avx512::<MR, NV>(a, lda, b, panel, kc, c, ldc, masks, load, first)
+                        |MR| tile_avx512::<MR, NV>(
+                            a, lda, b, panel, kc, c, ldc, masks, bias, &ends, first
+                        )
                     ),
                     2 => by_height!(
                         r.len(),
                         [1 2 3 4 5 6 7 8 9 10 11 12 13 14],
-                        |MR| tile_avx512::<MR, NV>(a, lda, b, panel, kc, c, ldc, masks, load, first)
+                        |MR| tile_avx512::<MR, NV>(
+                            a, lda, b, panel, kc, c, ldc, masks, bias, &ends, first
+                        )
                     ),
                     _ => by_height!(
                         r.len(),
                         [1 2],
-                        |MR| tile_avx512::<MR, NV>(a, lda, b, panel, kc, c, ldc, masks, load, first)
+                        |MR| tile_avx512::<MR, NV>(
+                            a, lda, b, panel, kc, c, ldc, masks, bias, &ends, first
+                        )
                     ),
                 }
             }
@@ -546,14 +758,27 @@ mod x86 {
         c: *mut f32,
         ldc: usize,
         masks: [u16; NV],
-        load: bool,
+        bias: *const f32,
+        ends: &Ends,
         first: bool,
     ) {
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-        if load {
+        if ends.load {
             for (r, acc) in acc.iter_mut().enumerate() {
                 for (v, acc) in acc.iter_mut().enumerate() {
                     *acc = _mm512_maskz_loadu_ps(masks[v], c.wrapping_add(r * ldc + 16 * v));
+                }
+            }
+        }
+        if ends.bias {
+            for v in 0..NV {
+                let b = _mm512_maskz_loadu_ps(masks[v], bias.wrapping_add(16 * v));
+                for acc in acc.iter_mut() {
+                    acc[v] = if ends.load {
+                        _mm512_add_ps(acc[v], b)
+                    } else {
+                        b
+                    };
                 }
             }
         }
@@ -597,6 +822,15 @@ mod x86 {
             step(&mut acc, a, lda, b, panel);
             a = a.wrapping_add(1);
             b = b.wrapping_add(NR);
+        }
+        if let Some((lo, hi)) = ends.clamp {
+            let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+            // `max` and `min` return their second operand when either is NaN.
+            for acc in acc.iter_mut() {
+                for acc in acc.iter_mut() {
+                    *acc = _mm512_min_ps(hi, _mm512_max_ps(lo, *acc));
+                }
+            }
         }
         for (r, acc) in acc.iter().enumerate() {
             for (v, &acc) in acc.iter().enumerate() {
@@ -667,28 +901,29 @@ mod x86 {
             2 => MR_256,
             _ => MR_256_GROUP,
         };
-        g.for_each_tile(rows, mr, |r, d, load, first| {
+        g.for_each_tile(rows, mr, |r, d, ends, first| {
             // SAFETY: as in `tiles_avx512`.
             unsafe {
                 let a = g.a.add(r.start * g.lda + d.start);
-                let b = g.b.add(p * g.k * NR + d.start * NR + off);
+                let b = g.b.add(p * g.panel + d.start * NR + off);
                 let c = g.dst.add(r.start * g.ldd + p * NR + off);
+                let bias = g.bias.wrapping_add(p * NR + off);
                 let (lda, ldc, kc) = (g.lda, g.ldd, d.len());
                 match NV {
                     1 => by_height!(
                         r.len(),
                         [1 2 3 4 5 6 7 8 9 10 11 12],
-                        |MR| tile_avx2::<MR, NV>(a, lda, b, kc, c, ldc, lanes, load, first)
+                        |MR| tile_avx2::<MR, NV>(a, lda, b, kc, c, ldc, lanes, bias, &ends, first)
                     ),
                     2 => by_height!(
                         r.len(),
                         [1 2 3 4 5 6],
-                        |MR| tile_avx2::<MR, NV>(a, lda, b, kc, c, ldc, lanes, load, first)
+                        |MR| tile_avx2::<MR, NV>(a, lda, b, kc, c, ldc, lanes, bias, &ends, first)
                     ),
                     _ => by_height!(
                         r.len(),
                         [1 2],
-                        |MR| tile_avx2::<MR, NV>(a, lda, b, kc, c, ldc, lanes, load, first)
+                        |MR| tile_avx2::<MR, NV>(a, lda, b, kc, c, ldc, lanes, bias, &ends, first)
                     ),
                 }
             }
@@ -712,7 +947,8 @@ mod x86 {
         c: *mut f32,
         ldc: usize,
         lanes: [(usize, usize); NV],
-        load: bool,
+        bias: *const f32,
+        ends: &Ends,
         first: bool,
     ) {
         let index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -726,7 +962,7 @@ mod x86 {
             full[v] = lo == 0 && hi == 8;
         }
         let mut acc = [[_mm256_setzero_ps(); NV]; MR];
-        if load {
+        if ends.load {
             for (r, acc) in acc.iter_mut().enumerate() {
                 for (v, acc) in acc.iter_mut().enumerate() {
                     let p = c.wrapping_add(r * ldc + 8 * v);
@@ -734,6 +970,23 @@ mod x86 {
                         _mm256_loadu_ps(p)
                     } else {
                         _mm256_maskload_ps(p, masks[v])
+                    };
+                }
+            }
+        }
+        if ends.bias {
+            for v in 0..NV {
+                let p = bias.wrapping_add(8 * v);
+                let b = if full[v] {
+                    _mm256_loadu_ps(p)
+                } else {
+                    _mm256_maskload_ps(p, masks[v])
+                };
+                for acc in acc.iter_mut() {
+                    acc[v] = if ends.load {
+                        _mm256_add_ps(acc[v], b)
+                    } else {
+                        b
                     };
                 }
             }
@@ -778,6 +1031,15 @@ mod x86 {
             a = a.wrapping_add(1);
             b = b.wrapping_add(NR);
         }
+        if let Some((lo, hi)) = ends.clamp {
+            let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+            // `max` and `min` return their second operand when either is NaN.
+            for acc in acc.iter_mut() {
+                for acc in acc.iter_mut() {
+                    *acc = _mm256_min_ps(hi, _mm256_max_ps(lo, *acc));
+                }
+            }
+        }
         for (r, acc) in acc.iter().enumerate() {
             for (v, &acc) in acc.iter().enumerate() {
                 let p = c.wrapping_add(r * ldc + 8 * v);
@@ -794,7 +1056,6 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::gemm::{matmul, MatRef};
     use crate::rng::Rng;
 
     /// `Σ_i a[r][i] · b[i][c]` in f64, row-major `m × n`.
@@ -819,7 +1080,8 @@ mod tests {
         (rng.next_u64() % n as u64) as usize
     }
 
-    /// One product to check: its shape, the column range, and the row strides of `a` and `dst`.
+    /// One product to check: its shape, the column range, the row strides of `a` and `dst`, and
+    /// the epilogue (with `bias`, a random one).
     #[derive(Debug, Clone, Copy)]
     struct Case {
         m: usize,
@@ -830,7 +1092,18 @@ mod tests {
         accumulate: bool,
         lda: usize,
         ldd: usize,
+        bias: bool,
+        clamp: Option<(f32, f32)>,
     }
+
+    /// Clamps the epilogue tests use: ReLU, ReLU6, [-1, 1], and one that cuts most values.
+    const CLAMPS: [Option<(f32, f32)>; 5] = [
+        None,
+        Some((0.0, f32::INFINITY)),
+        Some((0.0, 6.0)),
+        Some((-1.0, 1.0)),
+        Some((-0.25, 0.5)),
+    ];
 
     impl Case {
         /// A case whose rows of `a` and `dst` are `pad` values longer than needed.
@@ -851,6 +1124,17 @@ mod tests {
                 accumulate,
                 lda: k + pad,
                 ldd: n + pad,
+                bias: false,
+                clamp: None,
+            }
+        }
+
+        /// The same case with a random bias (or none) and `clamp`.
+        fn with_epilogue(self, bias: bool, clamp: Option<(f32, f32)>) -> Self {
+            Case {
+                bias,
+                clamp,
+                ..self
             }
         }
 
@@ -866,9 +1150,12 @@ mod tests {
                 accumulate,
                 lda,
                 ldd,
+                bias,
+                clamp,
             } = self;
             let a = rng.uniform(m.saturating_sub(1) * lda + k, 1.0);
             let b = rng.uniform(k * n, 1.0);
+            let bias = bias.then(|| rng.uniform(n, 4.0));
             let packed = pack_b(&b, k, n, n);
             let len = m.saturating_sub(1) * ldd + ldd;
             let mut dst = if accumulate {
@@ -889,18 +1176,28 @@ mod tests {
                 n,
                 n0,
                 n1,
-                accumulate,
+                Epilogue {
+                    accumulate,
+                    bias: bias.as_deref(),
+                    clamp,
+                },
             );
             let want = naive(&a, lda, &b, m, k, n);
             for (i, (&got, &old)) in dst.iter().zip(&before).enumerate() {
                 let (r, c) = (i / ldd, i % ldd);
                 if r < m && (n0..n1).contains(&c) {
-                    let expected = want[r * n + c] + if accumulate { old as f64 } else { 0.0 };
+                    let start = if accumulate { old as f64 } else { 0.0 };
+                    let bias = bias.as_ref().map_or(0.0, |b| b[c] as f64);
+                    let mut expected = want[r * n + c] + start + bias;
+                    if let Some((lo, hi)) = clamp {
+                        expected = expected.max(lo as f64).min(hi as f64);
+                    }
                     // Relative to the magnitude of the terms summed.
                     let scale: f64 = (0..k)
                         .map(|i| (a[r * lda + i] as f64 * b[i * n + c] as f64).abs())
                         .sum::<f64>()
-                        + old.abs() as f64;
+                        + start.abs()
+                        + bias.abs();
                     assert!(
                         (got as f64 - expected).abs() <= 1e-4 * scale.max(1.0),
                         "{isa:?} {self:?} at ({r}, {c}): {got} vs {expected}"
@@ -1002,8 +1299,51 @@ mod tests {
                 };
                 let accumulate = below(&mut rng, 2) == 0;
                 let pad = [0, 1, 5][below(&mut rng, 3)];
-                Case::new(m, k, n, n0..n1, accumulate, pad).check(isa, &mut rng);
+                let (bias, clamp) = (below(&mut rng, 2) == 0, CLAMPS[below(&mut rng, 5)]);
+                Case::new(m, k, n, n0..n1, accumulate, pad)
+                    .with_epilogue(bias, clamp)
+                    .check(isa, &mut rng);
             }
+        }
+    }
+
+    #[test]
+    fn every_isa_applies_each_epilogue_on_edge_shapes() {
+        let mut rng = Rng::new(17);
+        for isa in supported_isas() {
+            for clamp in CLAMPS {
+                for bias in [false, true] {
+                    for accumulate in [false, true] {
+                        for (m, k, n, cols) in [
+                            (29, 33, 65, 0..65),
+                            (13, 9, 40, 3..39),
+                            (2, 37, 9 * NR + 5, 5..9 * NR),
+                            (1, 20, 4 * NR, 0..4 * NR),
+                            (7, 5, 17, 16..17),
+                            (3, 2 * KC + 5, 40, 3..39),
+                        ] {
+                            Case::new(m, k, n, cols, accumulate, 1)
+                                .with_epilogue(bias, clamp)
+                                .check(isa, &mut rng);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zero_depth_applies_the_epilogue_to_the_range() {
+        for isa in supported_isas() {
+            let bias = [1.0, -2.0, 3.0, 8.0, 5.0];
+            let mut dst = vec![2.0; 2 * 5];
+            let epilogue = Epilogue {
+                accumulate: true,
+                bias: Some(&bias),
+                clamp: Some((0.0, 6.0)),
+            };
+            gemm_packed_with_isa(isa, &mut dst, 5, &[], 0, 2, 0, &[], 5, 1, 4, epilogue);
+            assert_eq!(dst, [2.0, 0.0, 5.0, 6.0, 2.0, 2.0, 0.0, 5.0, 6.0, 2.0]);
         }
     }
 
@@ -1011,9 +1351,35 @@ mod tests {
     fn zero_depth_clears_or_keeps_the_range() {
         for isa in supported_isas() {
             let mut dst = vec![2.0; 2 * 5];
-            gemm_packed_with_isa(isa, &mut dst, 5, &[], 0, 2, 0, &[], 5, 1, 3, true);
+            gemm_packed_with_isa(
+                isa,
+                &mut dst,
+                5,
+                &[],
+                0,
+                2,
+                0,
+                &[],
+                5,
+                1,
+                3,
+                Epilogue::ACCUMULATE,
+            );
             assert!(dst.iter().all(|&v| v == 2.0));
-            gemm_packed_with_isa(isa, &mut dst, 5, &[], 0, 2, 0, &[], 5, 1, 3, false);
+            gemm_packed_with_isa(
+                isa,
+                &mut dst,
+                5,
+                &[],
+                0,
+                2,
+                0,
+                &[],
+                5,
+                1,
+                3,
+                Epilogue::OVERWRITE,
+            );
             for (i, &v) in dst.iter().enumerate() {
                 assert_eq!(v == 0.0, (1..3).contains(&(i % 5)), "element {i}");
             }
@@ -1030,7 +1396,18 @@ mod tests {
                 let run = |dst: &mut [f32], cols: Range<usize>| {
                     let b = packed.as_slice();
                     gemm_packed_with_isa(
-                        isa, dst, n, &a, k, m, k, b, n, cols.start, cols.end, false,
+                        isa,
+                        dst,
+                        n,
+                        &a,
+                        k,
+                        m,
+                        k,
+                        b,
+                        n,
+                        cols.start,
+                        cols.end,
+                        Epilogue::OVERWRITE,
                     );
                 };
                 let mut whole = vec![0.0; m * n];
@@ -1066,114 +1443,7 @@ mod tests {
             2,
             1,
             3,
-            false,
+            Epilogue::OVERWRITE,
         );
-    }
-
-    /// CPU time of the calling thread in seconds (wall time where that is not available), so that
-    /// time the thread spends descheduled on a shared machine does not count.
-    fn thread_seconds() -> f64 {
-        #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-        {
-            #[repr(C)]
-            struct Timespec {
-                sec: i64,
-                nsec: i64,
-            }
-            extern "C" {
-                fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
-            }
-            const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-            let mut time = Timespec { sec: 0, nsec: 0 };
-            // SAFETY: `time` is a valid, writable `struct timespec` on 64-bit Linux.
-            if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut time) } == 0 {
-                return time.sec as f64 + time.nsec as f64 * 1e-9;
-            }
-        }
-        static START: OnceLock<std::time::Instant> = OnceLock::new();
-        START
-            .get_or_init(std::time::Instant::now)
-            .elapsed()
-            .as_secs_f64()
-    }
-
-    /// Median GFLOP/s of every supported kernel and of [`matmul`] (the `gemm` crate) on
-    /// convolution shapes of ResNet-18 and MobileNetV2, single thread:
-    ///
-    /// ```text
-    /// cargo test -p tandem-runtime --release packed_gemm -- --ignored --nocapture
-    /// ```
-    #[test]
-    #[ignore = "benchmark"]
-    fn throughput() {
-        let shapes = [
-            (12544, 147, 64),
-            (3136, 576, 64),
-            (784, 1152, 128),
-            (196, 2304, 256),
-            (49, 4608, 512),
-            (12544, 32, 16),
-            (3136, 144, 24),
-            (784, 192, 32),
-            (196, 384, 64),
-            (49, 960, 160),
-            (49, 960, 320),
-            (1, 1280, 1000),
-        ];
-        let isas = supported_isas();
-        let mut rng = Rng::new(5);
-        print!("{:>16}", "m × k × n");
-        for isa in &isas {
-            print!(" {:>9}", format!("{isa:?}"));
-        }
-        println!(" {:>9}", "gemm");
-        for (m, k, n) in shapes {
-            let a = rng.uniform(m * k, 1.0);
-            let b = rng.uniform(k * n, 1.0);
-            let packed = pack_b(&b, k, n, n);
-            let mut dst = vec![0.0; m * n];
-            let flops = 2.0 * (m * k * n) as f64;
-            // Samples of about 2 ms of this thread's CPU time, the kernels taking turns, so that
-            // all see the same load from whatever else runs on the machine.
-            let reps = ((2e8 / flops) as usize).max(1);
-            let mut rates = vec![Vec::new(); isas.len() + 1];
-            for round in 0..31 {
-                for (i, rates) in rates.iter_mut().enumerate() {
-                    let t = thread_seconds();
-                    for _ in 0..reps {
-                        match isas.get(i) {
-                            Some(&isa) => gemm_packed_with_isa(
-                                isa,
-                                &mut dst,
-                                n,
-                                &a,
-                                k,
-                                m,
-                                k,
-                                packed.as_slice(),
-                                n,
-                                0,
-                                n,
-                                false,
-                            ),
-                            None => {
-                                let lhs = MatRef::rows(&a, m, k, k);
-                                matmul(&mut dst, n, lhs, MatRef::rows(&b, k, n, n), false);
-                            }
-                        }
-                    }
-                    let seconds = thread_seconds() - t;
-                    if round > 0 {
-                        rates.push(flops * reps as f64 / seconds / 1e9);
-                    }
-                }
-            }
-            print!("{:>16}", format!("{m}×{k}×{n}"));
-            for mut rates in rates {
-                rates.sort_by(f64::total_cmp);
-                print!(" {:>9.1}", rates[rates.len() / 2]);
-            }
-            println!();
-        }
     }
 }

@@ -34,4 +34,14 @@ impl<'a> SharedOut<'a> {
         );
         std::slice::from_raw_parts_mut(self.ptr.add(start), len)
     }
+
+    /// A raw pointer to the elements `start..start + len`, for tasks that share rows but write
+    /// disjoint columns of them (see [`super::packed_gemm::gemm_packed_raw`]).
+    pub fn ptr_range(&self, start: usize, len: usize) -> *mut f32 {
+        assert!(
+            start.checked_add(len).is_some_and(|end| end <= self.len),
+            "output range out of bounds"
+        );
+        self.ptr.wrapping_add(start)
+    }
 }
