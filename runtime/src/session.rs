@@ -34,6 +34,13 @@ pub enum RunError {
     },
 }
 
+/// Why a session could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("cannot allocate the {bytes}-byte activation arena of model '{model}'")]
+    ArenaAllocation { model: String, bytes: usize },
+}
+
 /// A validated compiled model.
 pub struct Model {
     artifact: Artifact,
@@ -94,10 +101,33 @@ pub struct Session<'m> {
 }
 
 impl<'m> Session<'m> {
-    /// A session using `threads` CPU threads.
+    /// A session using `threads` CPU threads. Aborts, like any failed allocation, if the arena
+    /// cannot be allocated; [`Session::try_new`] reports that as an error instead.
     pub fn new(model: &'m Model, threads: usize) -> Self {
         let align = crate::artifact::ARENA_ALIGN / 4;
         let arena = vec![0.0f32; model.artifact.arena_bytes.div_ceil(4) + align];
+        Self::with_arena(model, arena, threads)
+    }
+
+    /// A session using `threads` CPU threads, or an error if the activation arena cannot be
+    /// allocated (the thread count is not checked here: keep it to what the host can spawn).
+    pub fn try_new(model: &'m Model, threads: usize) -> Result<Self, SessionError> {
+        let align = crate::artifact::ARENA_ALIGN / 4;
+        let bytes = model.artifact.arena_bytes;
+        let len = bytes.div_ceil(4).saturating_add(align);
+        let mut arena = Vec::new();
+        arena
+            .try_reserve_exact(len)
+            .map_err(|_| SessionError::ArenaAllocation {
+                model: model.artifact.model.clone(),
+                bytes,
+            })?;
+        arena.resize(len, 0.0f32);
+        Ok(Self::with_arena(model, arena, threads))
+    }
+
+    fn with_arena(model: &'m Model, arena: Vec<f32>, threads: usize) -> Self {
+        let align = crate::artifact::ARENA_ALIGN / 4;
         let base = (align - (arena.as_ptr() as usize / 4) % align) % align;
         Session {
             model,
