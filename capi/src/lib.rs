@@ -150,17 +150,12 @@ impl TensorMeta {
 }
 
 /// Options for a new session (`tandem_session_options` in C). Opaque so that fields can be added.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TandemSessionOptions {
     /// CPU threads; 0 = the count the model was compiled for, capped at the host's parallelism.
     threads: usize,
 }
 
-impl Default for TandemSessionOptions {
-    fn default() -> Self {
-        TandemSessionOptions { threads: 0 }
-    }
-}
 
 /// A session: the model's arena, threads, staged inputs and last outputs (`tandem_session` in C).
 pub struct TandemSession {

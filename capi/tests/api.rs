@@ -181,7 +181,7 @@ fn describes_runs_and_matches_the_rust_session_after_the_model_handle_is_freed()
 #[test]
 fn errors_name_the_function_and_the_problem_and_clear_on_success() {
     let bytes = zoo_artifact("tiny_conv");
-    let mut model = 1usize as *mut TandemModel;
+    let mut model = std::ptr::dangling_mut::<TandemModel>();
     // SAFETY: every pointer is valid or deliberately NULL.
     unsafe {
         assert_eq!(
