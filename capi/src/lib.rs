@@ -156,7 +156,6 @@ pub struct TandemSessionOptions {
     threads: usize,
 }
 
-
 /// A session: the model's arena, threads, staged inputs and last outputs (`tandem_session` in C).
 pub struct TandemSession {
     // Drop order matters: `session` borrows from `model` and is declared (so dropped) first.
