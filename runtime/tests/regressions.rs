@@ -172,3 +172,62 @@ fn try_new_reports_an_arena_the_host_cannot_allocate() {
         Ok(_) => panic!("allocated an arena of {} bytes", usize::MAX / 2),
     }
 }
+
+/// The committed fuzzing corpus (`fuzz/corpus/load_artifact/`, minimised) replayed on stable
+/// Rust: every input loads to the same verdict from memory and streamed, and every input that
+/// loads with a small arena runs on its own seeded inputs.
+#[test]
+fn the_fuzz_corpus_replays_without_panics() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/load_artifact");
+    let entries =
+        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()));
+    let (mut files, mut loaded, mut ran) = (0, 0, 0);
+    for entry in entries {
+        let path = entry.expect("directory entry").path();
+        let bytes = std::fs::read(&path).expect("readable");
+        files += 1;
+        let mut image = bytes.clone();
+        let candidates = if Artifact::reseal(&mut image) && image != bytes {
+            vec![bytes, image]
+        } else {
+            vec![bytes]
+        };
+        for bytes in candidates {
+            let decoded = Artifact::decode(&bytes);
+            let streamed = Artifact::read_from(&bytes[..]);
+            assert_eq!(
+                decoded.is_ok(),
+                streamed.is_ok(),
+                "{}: decode and read_from disagree",
+                path.display()
+            );
+            let Ok(artifact) = decoded else { continue };
+            loaded += 1;
+            if artifact.arena_bytes > 1 << 20 || artifact.weights.len() > 1 << 20 {
+                continue;
+            }
+            let model = Model::from_artifact(artifact);
+            let mut rng = tandem_runtime::rng::Rng::new(7);
+            let inputs: Vec<NpyArray> = model
+                .inputs()
+                .iter()
+                .map(|t| NpyArray::from_f32(t.shape.clone(), &rng.uniform(t.elements(), 2.0)))
+                .collect();
+            let mut session = Session::try_new(&model, 1).expect("small arena");
+            let outputs = session
+                .run(&inputs)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(outputs.len(), model.outputs().len());
+            ran += 1;
+        }
+    }
+    assert!(
+        files > 100,
+        "only {files} corpus files in {}",
+        dir.display()
+    );
+    assert!(
+        loaded > 0 && ran > 0,
+        "{files} files, {loaded} loaded, {ran} ran"
+    );
+}
