@@ -31,6 +31,17 @@ pub const WEIGHT_ALIGN: usize = 16;
 const HEADER_LEN: usize = 40;
 /// Largest metadata block accepted (the weights are separate, so metadata stays small).
 const MAX_META: u64 = 1 << 30;
+/// Largest activation arena an artifact may declare: 16 GiB (2 GiB on 32-bit targets). Far above
+/// any model this runtime targets; it keeps a hostile artifact from requesting an absurd
+/// allocation (sessions still allocate fallibly, see [`crate::session::Session::try_new`]).
+pub const MAX_ARENA_BYTES: usize = if usize::BITS > 32 {
+    (1u64 << 34) as usize
+} else {
+    1 << 31
+};
+/// Weights read before the rest of the declared weight buffer is reserved (4 MiB of f32), so that
+/// a header announcing far more weights than the file holds fails before any large allocation.
+const WEIGHT_CHUNK: usize = 1 << 20;
 
 /// Why an artifact could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -375,6 +386,26 @@ impl Artifact {
         Ok(out)
     }
 
+    /// Recomputes the checksum of an encoded artifact in place, after its metadata or weights
+    /// were edited (fuzzing, corruption tests, tools). Returns `false`, leaving `image` unchanged,
+    /// when the header is unreadable or its lengths disagree with the image's size.
+    pub fn reseal(image: &mut [u8]) -> bool {
+        let Ok(header) = parse_header(image) else {
+            return false;
+        };
+        let pad = padding(header.meta_len);
+        let body_len = header.meta_len as u128 + pad as u128 + header.weights_len as u128 * 4;
+        if (image.len() - HEADER_LEN) as u128 != body_len {
+            return false;
+        }
+        let body = &image[HEADER_LEN..];
+        let mut checksum = Checksum::new();
+        checksum.update(&body[..header.meta_len + pad]);
+        checksum.update(&body[header.meta_len + pad..]);
+        image[16..24].copy_from_slice(&checksum.0.to_le_bytes());
+        true
+    }
+
     /// Decodes and validates an artifact held in memory.
     pub fn decode(bytes: &[u8]) -> Result<Self, ArtifactError> {
         let header = parse_header(bytes)?;
@@ -439,14 +470,25 @@ impl Artifact {
         reader
             .read_exact(&mut meta)
             .map_err(|e| io("metadata", e))?;
-        let mut weights = Vec::new();
-        weights.try_reserve_exact(header.weights_len).map_err(|_| {
-            ArtifactError::Invalid(format!("cannot allocate {} weights", header.weights_len))
-        })?;
-        weights.resize(header.weights_len, 0f32);
-        reader
-            .read_exact(as_bytes_mut(&mut weights))
-            .map_err(|e| io("weights", e))?;
+        // The weights are read in chunks; the full buffer is reserved only once the first chunk
+        // has arrived, so a short file that announces gigabytes fails without allocating them.
+        let mut weights: Vec<f32> = Vec::new();
+        while weights.len() < header.weights_len {
+            let start = weights.len();
+            let n = (header.weights_len - start).min(WEIGHT_CHUNK);
+            let want = if start == 0 {
+                n
+            } else {
+                header.weights_len - start
+            };
+            weights.try_reserve_exact(want).map_err(|_| {
+                ArtifactError::Invalid(format!("cannot allocate {} weights", header.weights_len))
+            })?;
+            weights.resize(start + n, 0f32);
+            reader
+                .read_exact(as_bytes_mut(&mut weights[start..]))
+                .map_err(|e| io("weights", e))?;
+        }
         let mut extra = [0u8; 1];
         if matches!(reader.read(&mut extra), Ok(n) if n > 0) {
             return Err(ArtifactError::Invalid(
@@ -489,6 +531,12 @@ impl Artifact {
                 "{} weights present, {} declared",
                 self.weights.len(),
                 self.weights_len
+            ));
+        }
+        if self.arena_bytes > MAX_ARENA_BYTES {
+            return Err(format!(
+                "the arena of {} bytes exceeds this runtime's limit of {MAX_ARENA_BYTES} bytes",
+                self.arena_bytes
             ));
         }
         let n_tensors = self.tensors.len();

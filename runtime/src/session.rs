@@ -55,6 +55,13 @@ pub enum RunError {
     },
 }
 
+/// Why a session could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("cannot allocate the {bytes}-byte activation arena of model '{model}'")]
+    ArenaAllocation { model: String, bytes: usize },
+}
+
 /// A validated compiled model.
 pub struct Model {
     artifact: Artifact,
@@ -215,12 +222,29 @@ impl Drop for Devices {
 
 impl<'m> Session<'m> {
     /// A session that runs every step on the CPU with `threads` threads, whatever the plan.
+    /// Aborts, like any failed allocation, if the arena cannot be allocated;
+    /// [`Session::try_new`] reports that as an error instead.
     pub fn new(model: &'m Model, threads: usize) -> Self {
+        Self::cpu_session(model, Arena::host(model.artifact.arena_bytes), threads)
+    }
+
+    /// Like [`Session::new`], or an error if the activation arena cannot be allocated (the
+    /// thread count is not checked here: keep it to what the host can spawn).
+    pub fn try_new(model: &'m Model, threads: usize) -> Result<Self, SessionError> {
+        let bytes = model.artifact.arena_bytes;
+        let arena = Arena::try_host(bytes).ok_or_else(|| SessionError::ArenaAllocation {
+            model: model.artifact.model.clone(),
+            bytes,
+        })?;
+        Ok(Self::cpu_session(model, arena, threads))
+    }
+
+    fn cpu_session(model: &'m Model, arena: Arena, threads: usize) -> Self {
         Session {
             model,
             mem: Devices {
                 gpu: None,
-                arena: Arena::host(model.artifact.arena_bytes),
+                arena,
                 busy: false,
             },
             pool: ThreadPool::new(threads),

@@ -70,9 +70,13 @@ enum Task {
         #[arg(long)]
         json: bool,
     },
-    /// Fuzz the .tflite reader with cargo-fuzz.
+    /// Fuzz with cargo-fuzz: the .tflite reader (read_tflite), the artifact loader and runtime
+    /// (load_artifact), or both in turn (all).
     Fuzz {
-        /// Seconds to run.
+        /// Target: read_tflite, load_artifact or all.
+        #[arg(long, default_value = "all")]
+        target: String,
+        /// Seconds to run each target.
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
@@ -106,7 +110,7 @@ fn run(task: Task) -> Result<()> {
                     .current_dir(&root),
             )?;
         }
-        Task::Fuzz { seconds } => fuzz::fuzz(&root, seconds)?,
+        Task::Fuzz { target, seconds } => fuzz::fuzz(&root, &target, seconds)?,
         Task::Bench {
             what,
             models,

@@ -3,6 +3,11 @@
 //! The crate is built for the target's baseline (SSE2 on x86-64, NEON on aarch64). Kernels write
 //! their hot loops as `#[inline(always)]` generic Rust, instantiate them once per [`Isa`] inside
 //! `#[target_feature]` wrappers, and pick the wrapper with [`Isa::detect`].
+//!
+//! Every x86 path is behind `#[cfg(target_arch = ...)]`; other targets (aarch64 Android/iOS) get
+//! the baseline instantiation. The environment variable `TANDEM_ISA` caps the level on x86 so that
+//! the portable baseline kernels can be tested there: `baseline` (alias `portable`), `avx2` or
+//! `avx512`; it is read once per process, and other values are ignored.
 
 /// A vector instruction-set level a kernel can be instantiated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,12 +24,36 @@ impl Isa {
     /// Every level, widest first.
     pub const ALL: [Isa; 3] = [Isa::Avx512, Isa::Avx2Fma, Isa::Baseline];
 
-    /// The widest level this CPU supports.
+    /// The widest level this CPU supports, capped by `TANDEM_ISA` if set (detected once).
     pub fn detect() -> Isa {
+        static DETECTED: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *DETECTED.get_or_init(|| {
+            Isa::widest_supported(
+                std::env::var("TANDEM_ISA")
+                    .ok()
+                    .and_then(|v| Isa::parse_cap(&v)),
+            )
+        })
+    }
+
+    /// The widest supported level no wider than `cap` (no cap: the widest supported).
+    fn widest_supported(cap: Option<Isa>) -> Isa {
+        let skip = cap.map_or(0, |c| Isa::ALL.iter().position(|&i| i == c).unwrap_or(0));
         Isa::ALL
             .into_iter()
+            .skip(skip)
             .find(|isa| isa.is_supported())
             .unwrap_or(Isa::Baseline)
+    }
+
+    /// A `TANDEM_ISA` value as a cap, or `None` for an unrecognised one.
+    fn parse_cap(value: &str) -> Option<Isa> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "baseline" | "portable" => Some(Isa::Baseline),
+            "avx2" => Some(Isa::Avx2Fma),
+            "avx512" => Some(Isa::Avx512),
+            _ => None,
+        }
     }
 
     /// Whether this CPU (and OS) can run code compiled for this level.
@@ -54,6 +83,26 @@ mod tests {
         assert!(Isa::Baseline.is_supported());
         if Isa::Avx512.is_supported() {
             assert!(Isa::Avx2Fma.is_supported());
+        }
+    }
+
+    #[test]
+    fn the_override_caps_the_level() {
+        assert_eq!(Isa::parse_cap("portable"), Some(Isa::Baseline));
+        assert_eq!(Isa::parse_cap(" Baseline "), Some(Isa::Baseline));
+        assert_eq!(Isa::parse_cap("AVX2"), Some(Isa::Avx2Fma));
+        assert_eq!(Isa::parse_cap("avx512"), Some(Isa::Avx512));
+        assert_eq!(Isa::parse_cap("sse9"), None);
+        assert_eq!(Isa::widest_supported(Some(Isa::Baseline)), Isa::Baseline);
+        let widest = Isa::widest_supported(None);
+        assert!(widest.is_supported());
+        assert_eq!(Isa::widest_supported(Some(Isa::Avx512)), widest);
+        let capped = Isa::widest_supported(Some(Isa::Avx2Fma));
+        assert_ne!(capped, Isa::Avx512);
+        assert!(capped.is_supported());
+        // The process-wide choice honours the variable the tests were started with.
+        if std::env::var("TANDEM_ISA").is_ok_and(|v| v == "portable" || v == "baseline") {
+            assert_eq!(Isa::detect(), Isa::Baseline);
         }
     }
 }

@@ -77,6 +77,17 @@ impl Arena {
         Arena::Host { data, base }
     }
 
+    /// A zeroed host arena of `bytes`, or `None` if the memory cannot be allocated.
+    pub fn try_host(bytes: usize) -> Option<Arena> {
+        let align = crate::artifact::ARENA_ALIGN / 4;
+        let len = bytes.div_ceil(4).saturating_add(align);
+        let mut data = Vec::new();
+        data.try_reserve_exact(len).ok()?;
+        data.resize(len, 0.0f32);
+        let base = (align - (data.as_ptr() as usize / 4) % align) % align;
+        Some(Arena::Host { data, base })
+    }
+
     /// A zeroed fine-grained SVM arena of `bytes`.
     pub fn svm(context: &Context, bytes: usize) -> Result<Arena, GpuError> {
         Ok(Arena::Svm(SvmBuffer::fine_grained(context, bytes)?))
