@@ -94,7 +94,11 @@ pub fn ensure_debian_packages(probes: &[(&str, &str)]) -> Result<()> {
 
 /// Debian packages of the OpenCL device the GPU backend is tested on: PoCL (a CPU OpenCL 3.0
 /// device with fine-grained SVM and atomics) and the ICD loader (`libOpenCL.so`, headers).
-const OPENCL_PACKAGES: [&str; 3] = ["pocl-opencl-icd", "ocl-icd-libopencl1", "ocl-icd-opencl-dev"];
+const OPENCL_PACKAGES: [&str; 3] = [
+    "pocl-opencl-icd",
+    "ocl-icd-libopencl1",
+    "ocl-icd-opencl-dev",
+];
 
 /// Installs the OpenCL packages that are missing, saying so.
 pub fn opencl() -> Result<()> {
