@@ -5,7 +5,7 @@
 //! `exp(forest(features))`, since the forests are trained on the log of the latency.
 
 use crate::features::{self, cpu_executor, Layer, OpKind};
-use crate::forest::Forest;
+use crate::forest::{Baseline, Forest};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -57,6 +57,16 @@ pub struct Executor {
     /// LightGBM parameters the forest was trained with (from the search).
     pub params: BTreeMap<String, serde_json::Value>,
     pub forest: Forest,
+    /// The log-linear trend the forest corrects.
+    pub baseline: Baseline,
+}
+
+impl Executor {
+    /// Predicted latency (ms) for one feature row: `exp(baseline(x) + forest(x))`.
+    #[inline]
+    pub fn predict_ms(&self, x: &[f64]) -> f64 {
+        (self.baseline.eval(x) + self.forest.predict(x)).exp()
+    }
 }
 
 /// A device profile.
@@ -134,6 +144,9 @@ impl Profile {
             e.forest
                 .check()
                 .map_err(|m| format!("executors.{name}.forest: {m}"))?;
+            e.baseline
+                .check(e.features.len())
+                .map_err(|m| format!("executors.{name}.baseline: {m}"))?;
         }
         if !p.sync_ms.is_finite() || p.sync_ms < 0.0 {
             return Err(format!("field 'sync_ms': {} is not a latency", p.sync_ms));
@@ -169,7 +182,7 @@ impl Profile {
 
     /// Predicted latency (ms) of one executor for a feature row.
     pub fn predict_features(&self, executor: &str, x: &[f64]) -> Result<f64, ProfileError> {
-        Ok(self.executor(executor)?.forest.predict(x).exp())
+        Ok(self.executor(executor)?.predict_ms(x))
     }
 
     /// Predicted GPU latency (ms) of output channels `[C − g, C)` of `layer` (0 for `g = 0`).
@@ -179,7 +192,7 @@ impl Profile {
         }
         let (d, x) = features::gpu_features(layer, g, self.device());
         let e = self.executor(d.variant.name())?;
-        Ok(e.forest.predict(&x[..e.features.len()]).exp())
+        Ok(e.predict_ms(&x[..e.features.len()]))
     }
 
     /// Predicted CPU latency (ms) of output channels `[0, c)` of `layer` with `threads` threads
@@ -212,14 +225,12 @@ impl Profile {
             } else {
                 let (d, x) = features::gpu_features(layer, g, self.device());
                 let e = self.executor(d.variant.name())?;
-                e.forest.predict(&x[..e.features.len()]).exp()
+                e.predict_ms(&x[..e.features.len()])
             };
             let cpu_ms = if g == c {
                 0.0
             } else {
-                cpu.forest
-                    .predict(&features::cpu_features(layer, c - g))
-                    .exp()
+                cpu.predict_ms(&features::cpu_features(layer, c - g))
             };
             let sync = if g > 0 && g < c { self.sync_ms } else { 0.0 };
             out.push(Candidate {

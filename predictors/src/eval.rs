@@ -50,7 +50,7 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
             continue;
         };
         let x = row_features(r, e.dispatch_features);
-        let p = e.forest.predict(&x).exp();
+        let p = e.predict_ms(&x);
         let entry = pairs.entry(r.executor.clone()).or_default();
         entry.0.push(p);
         entry.1.push(r.ms);

@@ -229,3 +229,89 @@ impl Forest {
         Ok(forest)
     }
 }
+
+/// A log-linear baseline the forest corrects: `c0 + Σ ci · ln(1 + x[col_i])`, fitted by least
+/// squares on the log latency. Trees cannot extrapolate; the baseline carries the trend in
+/// FLOPs, bytes and work groups, so the forest only learns the (white-box) deviations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    pub cols: Vec<usize>,
+    /// Intercept, then one coefficient per column.
+    pub coef: Vec<f64>,
+}
+
+impl Baseline {
+    /// The baseline's log latency for one row.
+    #[inline]
+    pub fn eval(&self, x: &[f64]) -> f64 {
+        let mut s = self.coef.first().copied().unwrap_or(0.0);
+        for (c, &col) in self.coef.iter().skip(1).zip(&self.cols) {
+            s += c * x[col].max(0.0).ln_1p();
+        }
+        s
+    }
+
+    /// Least squares (with a tiny ridge) of `y` on the log columns `cols` of `x`.
+    pub fn fit(x: &[Vec<f64>], y: &[f64], cols: &[usize]) -> Baseline {
+        let k = cols.len() + 1;
+        let mut a = vec![vec![0.0f64; k + 1]; k];
+        for (row, &t) in x.iter().zip(y) {
+            let mut v = Vec::with_capacity(k);
+            v.push(1.0);
+            v.extend(cols.iter().map(|&c| row[c].max(0.0).ln_1p()));
+            for i in 0..k {
+                for j in 0..k {
+                    a[i][j] += v[i] * v[j];
+                }
+                a[i][k] += v[i] * t;
+            }
+        }
+        for (i, r) in a.iter_mut().enumerate().skip(1) {
+            r[i] += 1e-6 * (1.0 + r[i]);
+        }
+        // Gaussian elimination with partial pivoting.
+        for col in 0..k {
+            let pivot = (col..k)
+                .max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))
+                .unwrap_or(col);
+            a.swap(col, pivot);
+            let d = a[col][col];
+            if d.abs() < 1e-12 {
+                continue;
+            }
+            let pivot_row = a[col].clone();
+            for (r, row) in a.iter_mut().enumerate() {
+                if r != col {
+                    let f = row[col] / d;
+                    for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                        *x -= f * p;
+                    }
+                }
+            }
+        }
+        let coef = (0..k)
+            .map(|i| {
+                if a[i][i].abs() < 1e-12 {
+                    0.0
+                } else {
+                    a[i][k] / a[i][i]
+                }
+            })
+            .collect();
+        Baseline {
+            cols: cols.to_vec(),
+            coef,
+        }
+    }
+
+    /// Checks the columns are in range for `num_features`.
+    pub fn check(&self, num_features: usize) -> Result<(), String> {
+        if self.coef.len() != self.cols.len() + 1 {
+            return Err("baseline: coefficient count does not match its columns".into());
+        }
+        match self.cols.iter().find(|&&c| c >= num_features) {
+            Some(c) => Err(format!("baseline reads feature {c} of {num_features}")),
+            None => Ok(()),
+        }
+    }
+}

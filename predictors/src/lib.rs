@@ -4,7 +4,7 @@
 //! - [`measure`]: the profiling driver (sampling, resume, progress) over
 //!   `tandem_runtime::profile`.
 //! - [`features`]: white-box features; GPU ones from the runtime's own dispatch function.
-//! - [`train`]: one LightGBM forest per executor, grid search with cross-validation, 80/20
+//! - `train` (feature `lightgbm`, on by default): one LightGBM forest per executor, grid search with cross-validation, 80/20
 //!   validation, ablations.
 //! - [`forest`]: the pure-Rust tree evaluator the compiler predicts with.
 //! - [`bundle`]: the device profile ([`Profile`]): load, predict, sweep every split of a layer.
@@ -16,6 +16,7 @@ pub mod eval;
 pub mod features;
 pub mod forest;
 pub mod measure;
+#[cfg(feature = "lightgbm")]
 pub mod train;
 
 pub use bundle::{Candidate, Profile};

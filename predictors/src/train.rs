@@ -8,7 +8,7 @@ use crate::bundle::{Accuracy, Executor, Profile, Provenance, FORMAT};
 use crate::dataset::Row;
 use crate::eval::accuracy;
 use crate::features::{feature_names, is_cpu, row_features};
-use crate::forest::Forest;
+use crate::forest::{Baseline, Forest};
 use lightgbm3::{Booster, Dataset};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -35,7 +35,7 @@ pub fn is_test_config(config: &str) -> bool {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    h % 5 == 0
+    h.is_multiple_of(5)
 }
 
 fn fold_of(config: &str, folds: u64) -> u64 {
@@ -81,12 +81,13 @@ impl Params {
     }
 }
 
-/// The search grid.
+/// The search grid: few, shallow trees, so that a sweep over every split of a layer stays far
+/// below a millisecond.
 pub fn grid() -> Vec<Params> {
     let mut out = Vec::new();
     for num_leaves in [7, 15, 31] {
         for min_data_in_leaf in [2, 5] {
-            for (learning_rate, num_iterations) in [(0.1, 300), (0.05, 700)] {
+            for (learning_rate, num_iterations) in [(0.2, 80), (0.1, 200)] {
                 out.push(Params {
                     num_leaves,
                     min_data_in_leaf,
@@ -99,10 +100,30 @@ pub fn grid() -> Vec<Params> {
     out
 }
 
-/// A trained LightGBM booster with its pure-Rust forest.
+/// A trained LightGBM booster with its pure-Rust forest and the baseline it corrects.
 pub struct Trained {
     pub booster: Booster,
     pub forest: Forest,
+    pub baseline: Baseline,
+}
+
+impl Trained {
+    /// Predicted latencies (ms).
+    pub fn predict_ms(&self, x: &[Vec<f64>]) -> Vec<f64> {
+        x.iter()
+            .map(|r| (self.baseline.eval(r) + self.forest.predict(r)).exp())
+            .collect()
+    }
+}
+
+/// The baseline columns for rows of `n` features: FLOPs and bytes (when the row has the op
+/// features). Work groups and work items in the baseline were tried and extrapolated worse.
+pub fn baseline_cols(n: usize) -> Vec<usize> {
+    if n >= crate::features::OP_FEATURES.len() {
+        vec![10, 11]
+    } else {
+        vec![]
+    }
 }
 
 /// Trains on feature rows `x` (all the same length) and latencies `ms`.
@@ -112,12 +133,22 @@ pub fn fit(x: &[Vec<f64>], ms: &[f64], params: &Params) -> Result<Trained, Train
         return Err(TrainError::Data("no training rows".into()));
     }
     let flat: Vec<f64> = x.iter().flatten().copied().collect();
-    let labels: Vec<f32> = ms.iter().map(|v| v.max(1e-6).ln() as f32).collect();
+    let logs: Vec<f64> = ms.iter().map(|v| v.max(1e-6).ln()).collect();
+    let baseline = Baseline::fit(x, &logs, &baseline_cols(nf));
+    let labels: Vec<f32> = x
+        .iter()
+        .zip(&logs)
+        .map(|(r, l)| (l - baseline.eval(r)) as f32)
+        .collect();
     let ds = Dataset::from_slice(&flat, &labels, nf as i32, true).map_err(lgb)?;
     let booster = Booster::train(ds, &params.json(x.len())).map_err(lgb)?;
     let text = booster.save_string().map_err(lgb)?;
     let forest = Forest::from_lightgbm(&text).map_err(TrainError::LightGbm)?;
-    Ok(Trained { booster, forest })
+    Ok(Trained {
+        booster,
+        forest,
+        baseline,
+    })
 }
 
 /// LightGBM's own raw predictions for `x`.
@@ -125,10 +156,6 @@ pub fn lightgbm_predict(booster: &Booster, x: &[Vec<f64>]) -> Result<Vec<f64>, T
     let nf = x.first().map_or(0, Vec::len);
     let flat: Vec<f64> = x.iter().flatten().copied().collect();
     booster.predict(&flat, nf as i32, true).map_err(lgb)
-}
-
-fn predict_ms(forest: &Forest, x: &[Vec<f64>]) -> Vec<f64> {
-    x.iter().map(|r| forest.predict(r).exp()).collect()
 }
 
 /// Mean MAPE over 3 folds grouped by configuration (`None` when too few configurations).
@@ -151,7 +178,7 @@ fn cv_mape(rows: &[&Row], x: &[Vec<f64>], params: &Params) -> Result<Option<f64>
             continue;
         }
         let t = fit(&tx, &ty, params)?;
-        total += accuracy(&predict_ms(&t.forest, &vx), &vy).mape;
+        total += accuracy(&t.predict_ms(&vx), &vy).mape;
         counted += 1;
     }
     Ok((counted > 0).then(|| total / counted as f64))
@@ -226,7 +253,7 @@ pub fn train(
         if train.len() >= 4 {
             let x: Vec<Vec<f64>> = train.iter().map(|r| row_features(r, false)).collect();
             let y: Vec<f64> = train.iter().map(|r| r.ms).collect();
-            Some(fit(&x, &y, &grid()[5])?.forest)
+            Some(fit(&x, &y, &grid()[5])?)
         } else {
             None
         }
@@ -265,15 +292,15 @@ pub fn train(
         let trained = fit(&x, &y, &params)?;
         let tx: Vec<Vec<f64>> = test_rows.iter().map(|r| row_features(r, true)).collect();
         let ty: Vec<f64> = test_rows.iter().map(|r| r.ms).collect();
-        let acc = accuracy(&predict_ms(&trained.forest, &tx), &ty);
+        let acc = accuracy(&trained.predict_ms(&tx), &ty);
         let (without_dispatch, bb) = if gpu {
             let x0: Vec<Vec<f64>> = train_rows.iter().map(|r| row_features(r, false)).collect();
             let t0 = fit(&x0, &y, &params)?;
             let tx0: Vec<Vec<f64>> = test_rows.iter().map(|r| row_features(r, false)).collect();
-            let a0 = accuracy(&predict_ms(&t0.forest, &tx0), &ty);
+            let a0 = accuracy(&t0.predict_ms(&tx0), &ty);
             let abb = black_box
                 .as_ref()
-                .map(|f| accuracy(&predict_ms(f, &tx0), &ty));
+                .map(|f| accuracy(&f.predict_ms(&tx0), &ty));
             (Some(a0), abb)
         } else {
             (None, None)
@@ -317,6 +344,7 @@ pub fn train(
                 dispatch_features: true,
                 params: params.map(),
                 forest: trained.forest,
+                baseline: trained.baseline,
             },
         );
     }

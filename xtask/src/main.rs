@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_depthwise;
+mod bench_predictors;
 mod bench_sync;
 mod codegen;
 mod fuzz;
@@ -49,7 +50,8 @@ enum Task {
     Test,
     /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo;
     /// `depthwise`: diagonalwise refactorization against native depthwise on MobileNetV1/V2;
-    /// `sync`: per-wait CPU–GPU synchronisation overhead, SVM polling against event waits).
+    /// `sync`: per-wait CPU–GPU synchronisation overhead, SVM polling against event waits;
+    /// `predictors`: time to sweep every candidate split of a layer with the shipped profile).
     Bench {
         /// What to benchmark: `cpu` or `depthwise`.
         what: String,
@@ -82,6 +84,7 @@ fn run(task: Task) -> Result<()> {
         Task::Setup => {
             setup::python_env(&root)?;
             setup::opencl()?;
+            setup::lightgbm_build(&root)?;
         }
         Task::Codegen { check } => codegen::codegen(&root, check)?,
         Task::Zoo { out, names } => zoo::write_zoo(&root.join(out), &names)?,
@@ -93,6 +96,7 @@ fn run(task: Task) -> Result<()> {
         Task::Test => {
             let python = setup::python_env(&root)?;
             setup::opencl()?;
+            let build_env = setup::lightgbm_build(&root)?;
             eprintln!(
                 "test: cargo test --workspace (official interpreter: {})",
                 python.display()
@@ -101,6 +105,7 @@ fn run(task: Task) -> Result<()> {
                 Command::new(env!("CARGO"))
                     .args(["test", "--workspace", "--release"])
                     .env("TANDEM_PYTHON", &python)
+                    .envs(build_env)
                     .current_dir(&root),
             )?;
         }
@@ -116,12 +121,17 @@ fn run(task: Task) -> Result<()> {
             if what == "depthwise" {
                 return bench_depthwise::bench_depthwise(&root, rounds, runs, json);
             }
+            if what == "predictors" {
+                return bench_predictors::bench_predictors(&root, json);
+            }
             if what == "sync" {
                 setup::opencl()?;
                 return bench_sync::bench_sync(&root, rounds.max(3) * runs.max(1) * 4, json);
             }
             if what != "cpu" {
-                anyhow::bail!("unknown benchmark '{what}'; available: cpu, depthwise, sync");
+                anyhow::bail!(
+                    "unknown benchmark '{what}'; available: cpu, depthwise, sync, predictors"
+                );
             }
             let models = if models.is_empty() {
                 [
