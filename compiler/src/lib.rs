@@ -12,5 +12,6 @@ pub mod inspect;
 pub mod ir;
 pub mod lower;
 pub mod passes;
+pub mod predict_cli;
 pub mod run;
 pub mod tflite;

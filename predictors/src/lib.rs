@@ -1,5 +1,23 @@
-//! tandem-predictors: per-executor latency predictors (GBDTs over white-box features), trained
-//! from on-device measurements and evaluated in pure Rust at compile time.
+//! tandem-predictors: latency predictors for CPU–GPU co-execution.
 //!
-//! Empty until the profiler and predictor work lands; the crate exists so that the dependency
-//! direction `compiler → predictors → runtime` is fixed from the start.
+//! - [`dataset`]: the CSV measurements `tandem profile` writes.
+//! - [`measure`]: the profiling driver (sampling, resume, progress) over
+//!   `tandem_runtime::profile`.
+//! - [`features`]: white-box features; GPU ones from the runtime's own dispatch function.
+//! - `train` (feature `lightgbm`, on by default): one LightGBM forest per executor, grid search with cross-validation, 80/20
+//!   validation, ablations.
+//! - [`forest`]: the pure-Rust tree evaluator the compiler predicts with.
+//! - [`bundle`]: the device profile ([`Profile`]): load, predict, sweep every split of a layer.
+//! - [`eval`]: MAPE and ±10% share per executor on any dataset.
+
+pub mod bundle;
+pub mod dataset;
+pub mod eval;
+pub mod features;
+pub mod forest;
+pub mod measure;
+#[cfg(feature = "lightgbm")]
+pub mod train;
+
+pub use bundle::{Candidate, Profile};
+pub use features::Layer;

@@ -10,6 +10,7 @@ pub mod cpu;
 pub mod dtype;
 pub mod gpu;
 pub mod npy;
+pub mod profile;
 pub mod rng;
 pub mod session;
 pub mod sync;

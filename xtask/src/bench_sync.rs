@@ -101,7 +101,7 @@ fn overheads(kind: &str, sync: SyncMode, gpu: &DeviceInfo, rounds: usize) -> Res
             s.run(&inputs)?;
         }
     }
-    split_cores();
+    tandem_runtime::profile::split_cores();
     let mut estimates = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let mut t = [0.0f64; 3];
@@ -115,34 +115,11 @@ fn overheads(kind: &str, sync: SyncMode, gpu: &DeviceInfo, rounds: usize) -> Res
     Ok(estimates)
 }
 
-/// Puts this thread (the CPU side) on core 0 and every other thread of the process (PoCL's
-/// workers, which exist once a kernel has run) on core 1.
-fn split_cores() {
-    let me = std::process::id() as i32;
-    // SAFETY: plain syscalls on thread ids of this process with initialised cpu sets.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
-    let pin = |thread: i32, core: usize| unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        libc::sched_setaffinity(thread, size_of::<libc::cpu_set_t>(), &set);
-    };
-    pin(tid, 0);
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{me}/task")) {
-        for t in tasks.flatten() {
-            if let Some(other) = t.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) {
-                if other != tid {
-                    pin(other, 1);
-                }
-            }
-        }
-    }
-}
-
 /// Runs the benchmark, prints a table (or JSON) and updates `docs/benchmarks.md`.
 pub fn bench_sync(root: &Path, rounds: usize, json: bool) -> Result<()> {
     // One PoCL thread; must be set before the OpenCL library initialises.
     // SAFETY: no other thread exists yet in this process.
-    unsafe { std::env::set_var("POCL_MAX_PTHREAD_COUNT", "1") };
+    unsafe { tandem_runtime::profile::limit_pocl_threads() };
     let gpu = GpuDevice::open()
         .context("the sync benchmark needs an OpenCL device (pocl-opencl-icd)")?
         .info;

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_depthwise;
+mod bench_predictors;
 mod bench_sync;
 mod codegen;
 mod fuzz;
@@ -50,9 +51,10 @@ enum Task {
     /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo;
     /// `depthwise`: diagonalwise refactorization against native depthwise on MobileNetV1/V2;
     /// `sync`: per-wait CPU–GPU synchronisation overhead, SVM polling against event waits;
-    /// `gemm`: the packed-weight GEMM kernels against the `gemm` crate, GFLOP/s).
+    /// `gemm`: the packed-weight GEMM kernels against the `gemm` crate, GFLOP/s;
+    /// `predictors`: time to sweep every candidate split of a layer with the shipped profile).
     Bench {
-        /// What to benchmark: `cpu`, `gemm`, `depthwise` or `sync`.
+        /// What to benchmark: `cpu`, `gemm`, `depthwise`, `sync` or `predictors`.
         what: String,
         /// Zoo models (default: mobilenet_v2, resnet18, resnet34, inception_v3, vgg16).
         #[arg(long, value_delimiter = ',')]
@@ -88,6 +90,7 @@ fn run(task: Task) -> Result<()> {
         Task::Setup => {
             setup::python_env(&root)?;
             setup::opencl()?;
+            setup::lightgbm_build(&root)?;
         }
         Task::Codegen { check } => codegen::codegen(&root, check)?,
         Task::Zoo { out, names } => zoo::write_zoo(&root.join(out), &names)?,
@@ -99,6 +102,7 @@ fn run(task: Task) -> Result<()> {
         Task::Test => {
             let python = setup::python_env(&root)?;
             setup::opencl()?;
+            let build_env = setup::lightgbm_build(&root)?;
             eprintln!(
                 "test: cargo test --workspace (official interpreter: {})",
                 python.display()
@@ -107,6 +111,7 @@ fn run(task: Task) -> Result<()> {
                 Command::new(env!("CARGO"))
                     .args(["test", "--workspace", "--release"])
                     .env("TANDEM_PYTHON", &python)
+                    .envs(build_env)
                     .current_dir(&root),
             )?;
         }
@@ -123,12 +128,13 @@ fn run(task: Task) -> Result<()> {
                 "cpu" => {}
                 "gemm" => return bench::bench_gemm(10 * rounds),
                 "depthwise" => return bench_depthwise::bench_depthwise(&root, rounds, runs, json),
+                "predictors" => return bench_predictors::bench_predictors(&root, json),
                 "sync" => {
                     setup::opencl()?;
                     return bench_sync::bench_sync(&root, rounds.max(3) * runs.max(1) * 4, json);
                 }
                 _ => anyhow::bail!(
-                    "unknown benchmark '{what}'; available: cpu, gemm, depthwise, sync"
+                    "unknown benchmark '{what}'; available: cpu, gemm, depthwise, sync, predictors"
                 ),
             }
             let models = if models.is_empty() {

@@ -124,3 +124,43 @@ pub fn opencl() -> Result<()> {
         .args(["install", "-y", "-qq"])
         .args(&missing))
 }
+
+/// Makes sure LightGBM (crate `lightgbm3-sys`, built from source for `tandem train`) can be
+/// built: cmake >= 3.28 from the project venv (`tools/requirements.txt`; Debian's is older) and
+/// libclang (`libclang-dev` from Debian, for bindgen). Returns the environment the cargo
+/// invocations that build it need: `CMAKE` pointing at the venv's cmake and
+/// `CMAKE_POLICY_VERSION_MINIMUM=3.5` (LightGBM's bundled dependencies declare older policies,
+/// which cmake 4 rejects otherwise). `.cargo/config.toml` sets the same for plain `cargo build`
+/// once the venv exists.
+pub fn lightgbm_build(root: &Path) -> Result<Vec<(String, String)>> {
+    python_env(root)?;
+    let cmake = root.join(".venv/bin/cmake");
+    if !cmake.exists() {
+        bail!(
+            "{} is missing although tools/requirements.txt pins cmake; delete .venv/tandem-requirements.txt and rerun",
+            cmake.display()
+        );
+    }
+    let installed = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", "libclang-dev"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"));
+    let has_libclang = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .filter_map(|d| std::fs::read_dir(d).ok())
+    .flat_map(|d| d.flatten())
+    .any(|e| e.file_name().to_string_lossy().starts_with("libclang"));
+    if !installed && !has_libclang {
+        eprintln!("setup: installing libclang-dev from Debian (bindgen, for building LightGBM)");
+        run(Command::new("apt-get").arg("update").arg("-qq"))?;
+        run(Command::new("apt-get").args(["install", "-y", "-qq", "libclang-dev"]))?;
+    }
+    Ok(vec![
+        ("CMAKE".into(), cmake.display().to_string()),
+        ("CMAKE_POLICY_VERSION_MINIMUM".into(), "3.5".into()),
+    ])
+}

@@ -132,6 +132,7 @@ pub fn demo(root: &Path) -> Result<()> {
         artifact.steps.len(),
         artifact.arena_bytes as f64 / 1e6
     );
+    crate::bench_predictors::demo_predictions(&artifact, 8)?;
 
     let loaded = tandem_runtime::session::Model::load_file(&artifact_path)?;
     let inputs = tandem_models::inputs::seeded_inputs(&graph, tandem_models::SEED);

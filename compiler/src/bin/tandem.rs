@@ -33,6 +33,12 @@ enum Command {
     /// Emulate the stock TFLite GPU delegate: the kernels, block sizes, grids and work groups it
     /// would run for every operator on a given GPU.
     Dispatch(tandem_compiler::dispatch::cli::DispatchArgs),
+    /// Measure conv, depthwise and linear layers on this machine (dataset for `tandem train`).
+    Profile(tandem_compiler::predict_cli::ProfileArgs),
+    /// Train a device profile (one LightGBM predictor per executor) from a dataset.
+    Train(tandem_compiler::predict_cli::TrainArgs),
+    /// Score a device profile's predictions on a dataset (MAPE, share within ±10%).
+    Eval(tandem_compiler::predict_cli::EvalArgs),
     /// Compile a .tflite model into a .tandem artifact.
     Compile {
         /// The `.tflite` model.
@@ -177,6 +183,9 @@ impl ExecArgs {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Dispatch(args) => tandem_compiler::dispatch::cli::run(&args)?,
+        Command::Profile(args) => tandem_compiler::predict_cli::profile(&args)?,
+        Command::Train(args) => tandem_compiler::predict_cli::train(&args)?,
+        Command::Eval(args) => tandem_compiler::predict_cli::eval(&args)?,
         Command::Inspect { model, json } => {
             let bytes = std::fs::read(&model)
                 .with_context(|| format!("cannot read {}", model.display()))?;

@@ -1,0 +1,321 @@
+//! `tandem profile`, `tandem train` and `tandem eval`: measure a device, train its latency
+//! predictors, and score a profile on a dataset.
+
+use crate::lower::CompileOptions;
+use crate::passes::RefactorDepthwise;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tandem_predictors::dataset;
+use tandem_predictors::eval::{evaluate, to_json};
+use tandem_predictors::features::{Layer, OpKind};
+use tandem_predictors::measure::{self, progress_line, Limits, Plan};
+use tandem_predictors::Profile;
+use tandem_runtime::gpu::device::DeviceInfo;
+use tandem_runtime::profile::{cpu_description, LayerOp, MeasureOptions, Profiler};
+
+/// `tandem profile`: measure layers on this machine's CPU and OpenCL device.
+#[derive(Args, Debug, Clone)]
+pub struct ProfileArgs {
+    /// The dataset to write (CSV); configurations already in it are skipped (resume).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Op kinds to measure.
+    #[arg(long, value_delimiter = ',', default_value = "conv,dwconv,linear")]
+    pub ops: Vec<String>,
+    /// Random configurations (the model configurations come in addition).
+    #[arg(long, default_value_t = 200)]
+    pub samples: usize,
+    /// CPU thread counts.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub threads: Vec<usize>,
+    /// Stop starting new configurations after this many minutes.
+    #[arg(long, value_name = "MINUTES")]
+    pub time_budget: Option<f64>,
+    /// Seed of the random configurations and channel counts.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Channel counts measured per executor and configuration.
+    #[arg(long, default_value_t = 6)]
+    pub points: usize,
+    /// Models whose splittable layers are measured too (default: the zoo's `.tflite` files in
+    /// `zoo/`, when that folder exists). `--models none` measures random layers only.
+    #[arg(long, value_delimiter = ',')]
+    pub models: Vec<PathBuf>,
+    /// Largest layer to measure, in MFLOPs of the whole layer.
+    #[arg(long, default_value_t = 400.0)]
+    pub max_mflops: f64,
+    /// Timed repetitions per point at least (after 2 warm-up runs; more for short points).
+    #[arg(long, default_value_t = 7)]
+    pub reps: usize,
+    /// Leave thread placement alone instead of the one-core-each setting (PoCL limited to one
+    /// thread on core 1, the CPU side on core 0).
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Measure under SCHED_FIFO (real-time priority 10): on a machine busy with other work,
+    /// preemptions otherwise add scheduler ticks (4 ms) to long GPU kernels.
+    #[arg(long)]
+    pub realtime: bool,
+}
+
+/// `tandem train`: one LightGBM predictor per executor.
+#[derive(Args, Debug, Clone)]
+pub struct TrainArgs {
+    /// The dataset (CSV, or .csv.gz) from `tandem profile`.
+    pub dataset: PathBuf,
+    /// The profile to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Also write the training report (per-executor accuracy and ablations) as JSON.
+    #[arg(long, value_name = "R.json")]
+    pub report_json: Option<PathBuf>,
+}
+
+/// `tandem eval`: MAPE and ±10% share of a profile's predictions per executor.
+#[derive(Args, Debug, Clone)]
+pub struct EvalArgs {
+    /// The profile.
+    pub profile: PathBuf,
+    /// A dataset measured on the same device (CSV or .csv.gz).
+    pub dataset: PathBuf,
+    /// Print `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}}` (MAPE in percent).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The sidecar of a dataset that records the full device description: `DATASET.device.json`.
+pub fn device_sidecar(dataset: &Path) -> PathBuf {
+    let name = dataset
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name
+        .strip_suffix(".gz")
+        .unwrap_or(&name)
+        .strip_suffix(".csv")
+        .unwrap_or(&name)
+        .to_string();
+    dataset.with_file_name(format!("{stem}.device.json"))
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Sidecar {
+    device: DeviceInfo,
+    cpu: String,
+    setting: String,
+}
+
+/// The splittable layers of the models in `paths` (standard convolutions, depthwise and fully
+/// connected); layers the predictors do not model are left out.
+pub fn model_layers(paths: &[PathBuf]) -> Result<Vec<Layer>> {
+    let mut out = Vec::new();
+    for path in paths {
+        let options = CompileOptions {
+            refactor_depthwise: RefactorDepthwise::Off,
+            ..CompileOptions::cpu(1, "")
+        };
+        let artifact = crate::run::compile_file(path, &options)
+            .with_context(|| format!("reading the layers of {}", path.display()))?;
+        for step in &artifact.steps {
+            if let Some(op) = LayerOp::from_kernel(&step.kernel) {
+                if let Ok(l) = Layer::from_op(&op) {
+                    out.push(l);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn default_models() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir("zoo")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|e| e == "tflite")
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("tiny"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Runs `tandem profile`.
+///
+/// With pinning (the default) this sets `POCL_MAX_PTHREAD_COUNT=1` for the process, so it must
+/// run before any other thread or OpenCL use in the process.
+pub fn profile(args: &ProfileArgs) -> Result<()> {
+    let ops: Vec<OpKind> = args
+        .ops
+        .iter()
+        .map(|s| {
+            OpKind::parse(s.trim())
+                .with_context(|| format!("--ops: '{s}' is not conv, dwconv or linear"))
+        })
+        .collect::<Result<_>>()?;
+    if args.threads.is_empty() || args.threads.contains(&0) {
+        bail!("--threads: give thread counts of at least 1, e.g. 1,2");
+    }
+    let models = match args.models.as_slice() {
+        [] => default_models(),
+        [one] if one.as_os_str() == "none" => vec![],
+        list => list.to_vec(),
+    };
+    let limits = Limits {
+        max_flops: args.max_mflops * 1e6,
+        ..Limits::default()
+    };
+    let model_layers = model_layers(&models)?;
+    let random = measure::random_layers(&ops, args.samples, args.seed, &limits);
+    let configs = measure::schedule(&model_layers, &random, &ops, &limits);
+    let mut setting = if args.no_pin {
+        format!("threads {:?}; no pinning", args.threads)
+    } else {
+        format!(
+            "CPU side on core 0 with threads {:?}; OpenCL device limited to one thread \
+             (POCL_MAX_PTHREAD_COUNT=1) on core 1",
+            args.threads
+        )
+    };
+    if args.realtime {
+        setting.push_str("; SCHED_FIFO");
+    }
+    if args.realtime {
+        tandem_runtime::profile::realtime(10).map_err(anyhow::Error::msg)?;
+    }
+    if !args.no_pin {
+        // SAFETY: `tandem profile` calls this first, before any thread or OpenCL use.
+        unsafe { tandem_runtime::profile::limit_pocl_threads() };
+    }
+    let mut profiler = Profiler::open(!args.no_pin).context(
+        "tandem profile needs an OpenCL device with fine-grained SVM (pocl-opencl-icd here)",
+    )?;
+    let cpu = cpu_description();
+    let sidecar = device_sidecar(&args.out);
+    let meta = Sidecar {
+        device: profiler.device().clone(),
+        cpu: cpu.clone(),
+        setting: setting.clone(),
+    };
+    std::fs::write(&sidecar, serde_json::to_string_pretty(&meta)? + "\n")
+        .with_context(|| format!("cannot write {}", sidecar.display()))?;
+    let plan = Plan {
+        ops,
+        samples: args.samples,
+        threads: args.threads.clone(),
+        budget: args
+            .time_budget
+            .map(|m| Duration::from_secs_f64((m * 60.0).max(0.0))),
+        seed: args.seed,
+        points: args.points.max(1),
+        limits,
+        measure: MeasureOptions {
+            min_reps: args.reps.max(1),
+            ..MeasureOptions::default()
+        },
+        setting,
+    };
+    eprintln!(
+        "profiling {} configurations ({} from {} models) on {} and {}",
+        configs.len(),
+        model_layers.len(),
+        models.len(),
+        profiler.device().label(),
+        cpu
+    );
+    let summary = measure::run(&mut profiler, &args.out, &configs, &plan, &cpu, |p| {
+        eprint!("\r{:<140}", progress_line(p));
+        let _ = std::io::stderr().flush();
+    })?;
+    eprintln!();
+    println!(
+        "measured {} configurations ({} rows) into {}; {} already there; {} left for lack of time",
+        summary.measured,
+        summary.rows,
+        args.out.display(),
+        summary.skipped,
+        summary.out_of_budget
+    );
+    Ok(())
+}
+
+/// Runs `tandem train`.
+#[cfg(not(feature = "lightgbm"))]
+pub fn train(_args: &TrainArgs) -> Result<()> {
+    bail!("this tandem was built without LightGBM (feature `lightgbm`); rebuild with it to train")
+}
+
+/// Runs `tandem train`.
+#[cfg(feature = "lightgbm")]
+pub fn train(args: &TrainArgs) -> Result<()> {
+    use tandem_predictors::train::{self, DeviceMeta};
+    let rows = dataset::read(&args.dataset)?;
+    let sidecar = device_sidecar(&args.dataset);
+    let text = std::fs::read_to_string(&sidecar).with_context(|| {
+        format!(
+            "cannot read {} (written by tandem profile next to the dataset)",
+            sidecar.display()
+        )
+    })?;
+    let meta: Sidecar = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a device description", sidecar.display()))?;
+    let name = args
+        .dataset
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (profile, report) = train::train(
+        &rows,
+        DeviceMeta {
+            device: meta.device,
+            cpu: meta.cpu,
+            setting: meta.setting,
+        },
+        &name,
+        |line| eprintln!("{line}"),
+    )?;
+    profile.save(&args.output)?;
+    if let Some(r) = &args.report_json {
+        std::fs::write(r, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("cannot write {}", r.display()))?;
+    }
+    println!(
+        "trained {} executors on {} rows ({} configurations) → {}",
+        profile.executors.len(),
+        rows.len(),
+        report.configs,
+        args.output.display()
+    );
+    Ok(())
+}
+
+/// Runs `tandem eval`.
+pub fn eval(args: &EvalArgs) -> Result<()> {
+    let profile = Profile::load(&args.profile)?;
+    let rows = dataset::read(&args.dataset)?;
+    let e = evaluate(&profile, &rows);
+    if args.json {
+        println!("{}", to_json(&e));
+    } else {
+        println!("| executor | n | MAPE | within ±10% |\n|---|---:|---:|---:|");
+        for (name, a) in &e.executors {
+            println!(
+                "| {name} | {} | {:.2}% | {:.1}% |",
+                a.n,
+                a.mape,
+                a.within10 * 100.0
+            );
+        }
+    }
+    for (name, n) in &e.unknown {
+        eprintln!("warning: {n} rows of executor '{name}' have no predictor in the profile");
+    }
+    Ok(())
+}

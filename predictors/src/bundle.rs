@@ -1,0 +1,283 @@
+//! A device profile: trained predictors for every executor of one device, with provenance.
+//!
+//! Stored as JSON (`*.profile`): `format` ([`FORMAT`]), `provenance`, `sync_ms`, and per executor
+//! its feature names and forest. Predictions are latencies in milliseconds:
+//! `exp(forest(features))`, since the forests are trained on the log of the latency.
+
+use crate::features::{self, cpu_executor, Layer, OpKind};
+use crate::forest::{Baseline, Forest};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tandem_runtime::gpu::device::DeviceInfo;
+use tandem_runtime::gpu::dispatch::vector_width;
+
+/// The format tag of profiles this version reads and writes.
+pub const FORMAT: &str = "tandem-profile/1";
+
+/// Accuracy of one executor's predictor on held-out data.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Accuracy {
+    /// Mean absolute percentage error, in percent.
+    pub mape: f64,
+    /// Share of predictions within ±10% of the measurement (0–1).
+    pub within10: f64,
+    /// Points evaluated.
+    pub n: usize,
+}
+
+/// Where a profile comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// The OpenCL device the GPU executors were measured on.
+    pub device: DeviceInfo,
+    /// The CPU model (`/proc/cpuinfo`).
+    pub cpu: String,
+    /// How the device was set up (threads, pinning).
+    pub setting: String,
+    /// UTC date of training (`YYYY-MM-DD`).
+    pub date: String,
+    /// `tandem <version>` that trained it.
+    pub tandem_version: String,
+    /// The dataset's file name.
+    pub dataset: String,
+    /// Measured points and configurations in the dataset.
+    pub samples: usize,
+    pub configs: usize,
+    /// Held-out (20% of configurations) accuracy per executor.
+    pub validation: BTreeMap<String, Accuracy>,
+}
+
+/// One executor's predictor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Executor {
+    pub features: Vec<String>,
+    /// Whether the GPU dispatch features are part of `features`.
+    pub dispatch_features: bool,
+    /// LightGBM parameters the forest was trained with (from the search).
+    pub params: BTreeMap<String, serde_json::Value>,
+    pub forest: Forest,
+    /// The log-linear trend the forest corrects.
+    pub baseline: Baseline,
+}
+
+impl Executor {
+    /// Predicted latency (ms) for one feature row: `exp(baseline(x) + forest(x))`.
+    #[inline]
+    pub fn predict_ms(&self, x: &[f64]) -> f64 {
+        (self.baseline.eval(x) + self.forest.predict(x)).exp()
+    }
+}
+
+/// A device profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub format: String,
+    pub provenance: Provenance,
+    /// Median join overhead of the polling protocol, milliseconds.
+    pub sync_ms: f64,
+    pub executors: BTreeMap<String, Executor>,
+}
+
+/// Why a profile could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("the profile has no predictor for executor '{0}' (not measured on this device)")]
+    NoExecutor(String),
+}
+
+/// One candidate split of a layer: `gpu` channels on the GPU, the rest on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    pub gpu_channels: usize,
+    /// Predicted GPU latency of `[C − g, C)` (0 when `g = 0`), ms.
+    pub gpu_ms: f64,
+    /// Predicted CPU latency of `[0, C − g)` (0 when `g = C`), ms.
+    pub cpu_ms: f64,
+    /// `max(cpu, gpu)` plus the sync overhead when both run, ms.
+    pub total_ms: f64,
+}
+
+impl Profile {
+    /// Loads and checks a profile; errors name the file and what is wrong.
+    pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        let err = |message: String| ProfileError::File {
+            path: path.to_path_buf(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        Self::parse(&text).map_err(err)
+    }
+
+    /// Parses and checks profile JSON.
+    pub fn parse(text: &str) -> Result<Profile, String> {
+        let p: Profile = serde_json::from_str(text).map_err(|e| {
+            format!(
+                "not a tandem profile: {e} (line {}, column {})",
+                e.line(),
+                e.column()
+            )
+        })?;
+        if p.format != FORMAT {
+            return Err(format!(
+                "field 'format': '{}', this tandem reads '{FORMAT}'",
+                p.format
+            ));
+        }
+        for (name, e) in &p.executors {
+            if e.forest.num_features != e.features.len() {
+                return Err(format!(
+                    "executors.{name}: the forest reads {} features, {} are named",
+                    e.forest.num_features,
+                    e.features.len()
+                ));
+            }
+            let expected = features::feature_names(name, e.dispatch_features);
+            if e.features != expected {
+                return Err(format!(
+                    "executors.{name}.features: {:?}, this tandem computes {:?}",
+                    e.features, expected
+                ));
+            }
+            e.forest
+                .check()
+                .map_err(|m| format!("executors.{name}.forest: {m}"))?;
+            e.baseline
+                .check(e.features.len())
+                .map_err(|m| format!("executors.{name}.baseline: {m}"))?;
+        }
+        if !p.sync_ms.is_finite() || p.sync_ms < 0.0 {
+            return Err(format!("field 'sync_ms': {} is not a latency", p.sync_ms));
+        }
+        Ok(p)
+    }
+
+    /// Writes the profile as pretty JSON.
+    pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
+        let err = |message: String| ProfileError::File {
+            path: path.to_path_buf(),
+            message,
+        };
+        let text = serde_json::to_string(self).map_err(|e| err(e.to_string()))?;
+        std::fs::write(path, text + "\n").map_err(|e| err(e.to_string()))
+    }
+
+    /// The device the profile was measured on.
+    pub fn device(&self) -> &DeviceInfo {
+        &self.provenance.device
+    }
+
+    /// Measured join overhead, ms.
+    pub fn sync_ms(&self) -> f64 {
+        self.sync_ms
+    }
+
+    fn executor(&self, name: &str) -> Result<&Executor, ProfileError> {
+        self.executors
+            .get(name)
+            .ok_or_else(|| ProfileError::NoExecutor(name.to_string()))
+    }
+
+    /// Predicted latency (ms) of one executor for a feature row.
+    pub fn predict_features(&self, executor: &str, x: &[f64]) -> Result<f64, ProfileError> {
+        Ok(self.executor(executor)?.predict_ms(x))
+    }
+
+    /// Predicted GPU latency (ms) of output channels `[C − g, C)` of `layer` (0 for `g = 0`).
+    pub fn predict_gpu(&self, layer: &Layer, g: usize) -> Result<f64, ProfileError> {
+        if g == 0 {
+            return Ok(0.0);
+        }
+        let (d, x) = features::gpu_features(layer, g, self.device());
+        let e = self.executor(d.variant.name())?;
+        Ok(e.predict_ms(&x[..e.features.len()]))
+    }
+
+    /// Predicted CPU latency (ms) of output channels `[0, c)` of `layer` with `threads` threads
+    /// (0 for `c = 0`).
+    pub fn predict_cpu(
+        &self,
+        layer: &Layer,
+        c: usize,
+        threads: usize,
+    ) -> Result<f64, ProfileError> {
+        if c == 0 {
+            return Ok(0.0);
+        }
+        let x = features::cpu_features(layer, c);
+        self.predict_features(&cpu_executor(layer.op, threads), &x)
+    }
+
+    /// Every candidate split of `layer`: GPU channel counts 0, w, 2w, …, C (w the GPU kernel's
+    /// vector width; C itself always included), each with its predicted latencies.
+    pub fn sweep(&self, layer: &Layer, threads: usize) -> Result<Vec<Candidate>, ProfileError> {
+        let c = layer.cout;
+        let op = layer.to_op();
+        let step = vector_width(op.gpu_op()).max(1);
+        let cpu = self.executor(&cpu_executor(layer.op, threads))?;
+        let mut out = Vec::with_capacity(c / step + 2);
+        let mut g = 0;
+        loop {
+            let gpu_ms = if g == 0 {
+                0.0
+            } else {
+                let (d, x) = features::gpu_features(layer, g, self.device());
+                let e = self.executor(d.variant.name())?;
+                e.predict_ms(&x[..e.features.len()])
+            };
+            let cpu_ms = if g == c {
+                0.0
+            } else {
+                cpu.predict_ms(&features::cpu_features(layer, c - g))
+            };
+            let sync = if g > 0 && g < c { self.sync_ms } else { 0.0 };
+            out.push(Candidate {
+                gpu_channels: g,
+                gpu_ms,
+                cpu_ms,
+                total_ms: gpu_ms.max(cpu_ms) + sync,
+            });
+            if g == c {
+                break;
+            }
+            g = (g + step).min(c);
+        }
+        Ok(out)
+    }
+
+    /// The best candidate of [`Profile::sweep`].
+    pub fn best_split(&self, layer: &Layer, threads: usize) -> Result<Candidate, ProfileError> {
+        let all = self.sweep(layer, threads)?;
+        all.into_iter()
+            .min_by(|a, b| a.total_ms.total_cmp(&b.total_ms))
+            .ok_or_else(|| ProfileError::NoExecutor("(no candidates)".into()))
+    }
+}
+
+/// Whether `layer`'s kind is one this profile has a CPU predictor for at `threads`.
+pub fn has_cpu(profile: &Profile, op: OpKind, threads: usize) -> bool {
+    profile.executors.contains_key(&cpu_executor(op, threads))
+}
+
+/// The profiles shipped with tandem (`predictors/profiles/*.profile`).
+pub fn shipped_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles")
+}
+
+/// The first shipped profile measured on a device like `device` ([`DeviceInfo::same_device`]).
+pub fn default_for(device: &DeviceInfo) -> Option<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(shipped_dir())
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "profile"))
+        .collect();
+    paths.sort();
+    paths.into_iter().find(|p| {
+        Profile::load(p)
+            .map(|prof| prof.device().same_device(device))
+            .unwrap_or(false)
+    })
+}

@@ -1,0 +1,400 @@
+//! Measurement datasets: one CSV row per measured point (one executor, one channel range of one
+//! layer configuration), written by `tandem profile` and read by `tandem train` / `tandem eval`.
+//!
+//! Columns, in this order ([`COLUMNS`]):
+//! `config` (the configuration's key, [`config_key`]), `device` (the OpenCL device label),
+//! `cpu` (the CPU model), `op` (`conv`, `dwconv`, `linear`), `n h w cin oh ow cout kh kw stride
+//! pad_t pad_l` (a linear layer is `n = 1, h = oh = rows, w = ow = 1, cin = depth, cout =
+//! units`, kernel and stride 1), `executor` ([`crate::features::executor`] names), `threads` (CPU
+//! threads, 0 for the GPU), `c0 c1` (the channel range measured), `variant bx by bc wg_x wg_y
+//! wg_z groups grid_x grid_y grid_z` (the GPU's dispatch decision; empty and zeros for the CPU),
+//! `ms` (median latency), `reps` (timed repetitions), `sync_ms` (median join of the polling
+//! protocol, measured with the configuration).
+//!
+//! Fields holding a comma, a quote or a newline are quoted (`"…"`, quotes doubled). A file that
+//! does not parse gives a [`DatasetError`] naming the file, the line and the field.
+
+use crate::features::Layer;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The columns of a dataset, in order.
+pub const COLUMNS: [&str; 34] = [
+    "config", "device", "cpu", "op", "n", "h", "w", "cin", "oh", "ow", "cout", "kh", "kw",
+    "stride", "pad_t", "pad_l", "executor", "threads", "c0", "c1", "variant", "bx", "by", "bc",
+    "wg_x", "wg_y", "wg_z", "groups", "grid_x", "grid_y", "grid_z", "ms", "reps", "sync_ms",
+];
+
+/// The GPU's dispatch decision as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DispatchRecord {
+    pub block: [usize; 3],
+    pub work_group: [usize; 3],
+    pub groups: usize,
+    pub grid: [usize; 3],
+}
+
+/// One measured point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub config: String,
+    pub device: String,
+    pub cpu: String,
+    pub layer: Layer,
+    pub executor: String,
+    pub threads: usize,
+    pub c0: usize,
+    pub c1: usize,
+    /// The GPU kernel variant (empty for the CPU).
+    pub variant: String,
+    pub dispatch: DispatchRecord,
+    pub ms: f64,
+    pub reps: usize,
+    pub sync_ms: f64,
+}
+
+/// Why a dataset could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// The key of a layer configuration: equal for every row of one configuration.
+pub fn config_key(layer: &Layer) -> String {
+    let l = layer;
+    format!(
+        "{}:{}x{}x{}x{}:{}x{}x{}:k{}x{}:s{}:p{}x{}",
+        l.op.name(),
+        l.n,
+        l.h,
+        l.w,
+        l.cin,
+        l.oh,
+        l.ow,
+        l.cout,
+        l.kh,
+        l.kw,
+        l.stride,
+        l.pad_t,
+        l.pad_l
+    )
+}
+
+fn quote(field: &str) -> String {
+    if field.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", field.replace('"', "\"\""))
+    } else {
+        field.to_string()
+    }
+}
+
+impl Row {
+    /// The row as one CSV line (no newline).
+    pub fn to_csv(&self) -> String {
+        let l = &self.layer;
+        let d = &self.dispatch;
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},",
+            quote(&self.config),
+            quote(&self.device),
+            quote(&self.cpu),
+            l.op.name(),
+            l.n,
+            l.h,
+            l.w,
+            l.cin,
+            l.oh,
+            l.ow,
+            l.cout,
+            l.kh,
+            l.kw,
+            l.stride,
+            l.pad_t,
+            l.pad_l,
+            quote(&self.executor),
+            self.threads,
+            self.c0,
+            self.c1,
+            quote(&self.variant),
+        );
+        let _ = write!(
+            s,
+            "{},{},{},{},{},{},{},{},{},{},{:.6},{},{:.6}",
+            d.block[0],
+            d.block[1],
+            d.block[2],
+            d.work_group[0],
+            d.work_group[1],
+            d.work_group[2],
+            d.groups,
+            d.grid[0],
+            d.grid[1],
+            d.grid[2],
+            self.ms,
+            self.reps,
+            self.sync_ms
+        );
+        s
+    }
+}
+
+/// Splits one CSV line into fields (quoted fields may hold commas and doubled quotes).
+fn split_fields(line: &str) -> Result<Vec<String>, String> {
+    let mut fields = Vec::new();
+    let mut cur = String::new();
+    let mut chars = line.chars().peekable();
+    let mut quoted = false;
+    let mut at_start = true;
+    while let Some(ch) = chars.next() {
+        if quoted {
+            if ch == '"' {
+                if chars.peek() == Some(&'"') {
+                    cur.push('"');
+                    chars.next();
+                } else {
+                    quoted = false;
+                }
+            } else {
+                cur.push(ch);
+            }
+        } else if ch == '"' && at_start {
+            quoted = true;
+            at_start = false;
+        } else if ch == ',' {
+            fields.push(std::mem::take(&mut cur));
+            at_start = true;
+        } else {
+            cur.push(ch);
+            at_start = false;
+        }
+    }
+    if quoted {
+        return Err("unterminated quoted field".into());
+    }
+    fields.push(cur);
+    Ok(fields)
+}
+
+/// Parses a row from its fields; the error names the field.
+fn parse_row(fields: &[String]) -> Result<Row, String> {
+    if fields.len() != COLUMNS.len() {
+        return Err(format!(
+            "{} fields, expected {} ({})",
+            fields.len(),
+            COLUMNS.len(),
+            COLUMNS.join(",")
+        ));
+    }
+    let f = |i: usize| fields[i].as_str();
+    let int = |i: usize| -> Result<usize, String> {
+        f(i).trim().parse::<usize>().map_err(|_| {
+            format!(
+                "field '{}' (column {}): '{}' is not a non-negative integer",
+                COLUMNS[i],
+                i + 1,
+                f(i)
+            )
+        })
+    };
+    let num = |i: usize| -> Result<f64, String> {
+        let v = f(i).trim().parse::<f64>().map_err(|_| {
+            format!(
+                "field '{}' (column {}): '{}' is not a number",
+                COLUMNS[i],
+                i + 1,
+                f(i)
+            )
+        })?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(format!(
+                "field '{}' (column {}): {v} is not a finite non-negative number",
+                COLUMNS[i],
+                i + 1
+            ));
+        }
+        Ok(v)
+    };
+    let op = crate::features::OpKind::parse(f(3)).ok_or_else(|| {
+        format!(
+            "field 'op' (column 4): '{}' is not conv, dwconv or linear",
+            f(3)
+        )
+    })?;
+    let layer = Layer {
+        op,
+        n: int(4)?,
+        h: int(5)?,
+        w: int(6)?,
+        cin: int(7)?,
+        oh: int(8)?,
+        ow: int(9)?,
+        cout: int(10)?,
+        kh: int(11)?,
+        kw: int(12)?,
+        stride: int(13)?,
+        pad_t: int(14)?,
+        pad_l: int(15)?,
+    };
+    let (c0, c1) = (int(18)?, int(19)?);
+    if c0 > c1 || c1 > layer.cout {
+        return Err(format!(
+            "fields 'c0', 'c1' (columns 19, 20): range {c0}..{c1} is not within 0..{} (cout)",
+            layer.cout
+        ));
+    }
+    let executor = f(16).to_string();
+    if executor.is_empty() {
+        return Err("field 'executor' (column 17) is empty".into());
+    }
+    Ok(Row {
+        config: f(0).to_string(),
+        device: f(1).to_string(),
+        cpu: f(2).to_string(),
+        layer,
+        executor,
+        threads: int(17)?,
+        c0,
+        c1,
+        variant: f(20).to_string(),
+        dispatch: DispatchRecord {
+            block: [int(21)?, int(22)?, int(23)?],
+            work_group: [int(24)?, int(25)?, int(26)?],
+            groups: int(27)?,
+            grid: [int(28)?, int(29)?, int(30)?],
+        },
+        ms: num(31)?,
+        reps: int(32)?,
+        sync_ms: num(33)?,
+    })
+}
+
+/// Reads a dataset (plain CSV, or gzip-compressed when the name ends in `.gz`).
+pub fn read(path: &Path) -> Result<Vec<Row>, DatasetError> {
+    let io = |source| DatasetError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = std::fs::read(path).map_err(io)?;
+    let text = if path.extension().is_some_and(|e| e == "gz") {
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut out)
+            .map_err(io)?;
+        out
+    } else {
+        String::from_utf8(bytes).map_err(|e| DatasetError::Parse {
+            path: path.to_path_buf(),
+            line: 0,
+            message: format!("not UTF-8 text: {e}"),
+        })?
+    };
+    parse(&text, path)
+}
+
+/// Parses dataset text; `path` is for messages.
+pub fn parse(text: &str, path: &Path) -> Result<Vec<Row>, DatasetError> {
+    let err = |line: usize, message: String| DatasetError::Parse {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let mut lines = text.lines().enumerate();
+    let header = match lines.next() {
+        Some((_, h)) => h,
+        None => return Err(err(1, "empty file, expected a header line".into())),
+    };
+    let expected = COLUMNS.join(",");
+    if header.trim_end() != expected {
+        return Err(err(
+            1,
+            format!("header is not a tandem dataset header; expected: {expected}"),
+        ));
+    }
+    let mut rows = Vec::new();
+    for (i, line) in lines {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fields = split_fields(line).map_err(|m| err(i + 1, m))?;
+        rows.push(parse_row(&fields).map_err(|m| err(i + 1, m))?);
+    }
+    Ok(rows)
+}
+
+/// Appends rows to a dataset file, writing the header first when the file is new or empty.
+pub struct Appender {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl Appender {
+    pub fn open(path: &Path) -> Result<Appender, DatasetError> {
+        let io = |source| DatasetError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io)?;
+        if file.metadata().map_err(io)?.len() == 0 {
+            writeln!(file, "{}", COLUMNS.join(",")).map_err(io)?;
+        }
+        Ok(Appender {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Appends and flushes `rows` (one configuration at a time, so an interrupted run loses at
+    /// most the configuration in progress).
+    pub fn append(&mut self, rows: &[Row]) -> Result<(), DatasetError> {
+        let mut text = String::new();
+        for r in rows {
+            text.push_str(&r.to_csv());
+            text.push('\n');
+        }
+        self.file
+            .write_all(text.as_bytes())
+            .and_then(|_| self.file.flush())
+            .map_err(|source| DatasetError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+}
+
+/// Writes `rows` as a complete dataset (gzip when the name ends in `.gz`).
+pub fn write(path: &Path, rows: &[Row]) -> Result<(), DatasetError> {
+    let mut text = COLUMNS.join(",");
+    text.push('\n');
+    for r in rows {
+        text.push_str(&r.to_csv());
+        text.push('\n');
+    }
+    let io = |source| DatasetError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(text.as_bytes()).map_err(io)?;
+        let bytes = enc.finish().map_err(io)?;
+        std::fs::write(path, bytes).map_err(io)
+    } else {
+        std::fs::write(path, text).map_err(io)
+    }
+}

@@ -1,0 +1,318 @@
+//! White-box features of a layer's CPU or GPU part, and the executors the predictors model.
+//!
+//! A [`Layer`] is the op geometry a dataset row records; [`Layer::to_op`] turns it back into
+//! the runtime's parameters, so the GPU features come from the runtime's own
+//! [`tandem_runtime::gpu::dispatch::dispatch`] at compile time and are recorded from the same
+//! function at measurement time.
+//!
+//! Executors: one per GPU kernel variant ([`Variant::name`]: `conv_generic`, `conv_winograd`,
+//! `conv_constants`, `depthwise_3x3`, `depthwise_generic`, `fully_connected`) and one per CPU op
+//! kind and thread count (`cpu_conv_t1`, `cpu_dwconv_t2`, `cpu_linear_t1`, …): the CPU runs a
+//! different kernel per op kind, so separate models predict better than one per thread count.
+
+use crate::dataset::{DispatchRecord, Row};
+use tandem_runtime::cpu::conv::ConvParams;
+use tandem_runtime::cpu::depthwise::DepthwiseParams;
+use tandem_runtime::cpu::fully_connected::FullyConnectedParams;
+use tandem_runtime::cpu::Activation;
+use tandem_runtime::gpu::device::DeviceInfo;
+use tandem_runtime::gpu::dispatch::{dispatch, Dispatch};
+use tandem_runtime::profile::LayerOp;
+
+/// The kinds of splittable layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Conv,
+    Depthwise,
+    Linear,
+}
+
+impl OpKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Conv => "conv",
+            OpKind::Depthwise => "dwconv",
+            OpKind::Linear => "linear",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OpKind> {
+        match s {
+            "conv" => Some(OpKind::Conv),
+            "dwconv" => Some(OpKind::Depthwise),
+            "linear" => Some(OpKind::Linear),
+            _ => None,
+        }
+    }
+}
+
+/// A layer's geometry as datasets record it (see [`crate::dataset`] for the linear mapping).
+/// Convolutions are standard (one group, no dilation); depthwise layers have multiplier
+/// `cout / cin`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Layer {
+    pub op: OpKind,
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub cin: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub cout: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: usize,
+    pub pad_t: usize,
+    pub pad_l: usize,
+}
+
+impl Layer {
+    /// The geometry of `op`, or why it is outside what the predictors model (grouped or dilated
+    /// convolutions, unequal strides).
+    pub fn from_op(op: &LayerOp) -> Result<Layer, String> {
+        match op {
+            LayerOp::Conv(p) => {
+                if p.groups != 1 || p.dilation != [1, 1] || p.stride[0] != p.stride[1] {
+                    return Err("grouped, dilated or unevenly strided convolution".into());
+                }
+                Ok(Layer {
+                    op: OpKind::Conv,
+                    n: p.input[0],
+                    h: p.input[1],
+                    w: p.input[2],
+                    cin: p.input[3],
+                    oh: p.output[1],
+                    ow: p.output[2],
+                    cout: p.output[3],
+                    kh: p.kernel[0],
+                    kw: p.kernel[1],
+                    stride: p.stride[0],
+                    pad_t: p.pad[0],
+                    pad_l: p.pad[1],
+                })
+            }
+            LayerOp::Depthwise(p) => {
+                if p.dilation != [1, 1] || p.stride[0] != p.stride[1] {
+                    return Err("dilated or unevenly strided depthwise convolution".into());
+                }
+                Ok(Layer {
+                    op: OpKind::Depthwise,
+                    n: p.input[0],
+                    h: p.input[1],
+                    w: p.input[2],
+                    cin: p.input[3],
+                    oh: p.output[1],
+                    ow: p.output[2],
+                    cout: p.output[3],
+                    kh: p.kernel[0],
+                    kw: p.kernel[1],
+                    stride: p.stride[0],
+                    pad_t: p.pad[0],
+                    pad_l: p.pad[1],
+                })
+            }
+            LayerOp::Linear(p) => Ok(Layer {
+                op: OpKind::Linear,
+                n: 1,
+                h: p.rows,
+                w: 1,
+                cin: p.depth,
+                oh: p.rows,
+                ow: 1,
+                cout: p.units,
+                kh: 1,
+                kw: 1,
+                stride: 1,
+                pad_t: 0,
+                pad_l: 0,
+            }),
+        }
+    }
+
+    /// The runtime parameters of this layer (no activation).
+    pub fn to_op(&self) -> LayerOp {
+        match self.op {
+            OpKind::Conv => LayerOp::Conv(ConvParams {
+                input: [self.n, self.h, self.w, self.cin],
+                output: [self.n, self.oh, self.ow, self.cout],
+                kernel: [self.kh, self.kw],
+                stride: [self.stride, self.stride],
+                dilation: [1, 1],
+                pad: [self.pad_t, self.pad_l],
+                groups: 1,
+                activation: Activation::None,
+            }),
+            OpKind::Depthwise => LayerOp::Depthwise(DepthwiseParams {
+                input: [self.n, self.h, self.w, self.cin],
+                output: [self.n, self.oh, self.ow, self.cout],
+                kernel: [self.kh, self.kw],
+                stride: [self.stride, self.stride],
+                dilation: [1, 1],
+                pad: [self.pad_t, self.pad_l],
+                multiplier: (self.cout / self.cin.max(1)).max(1),
+                activation: Activation::None,
+            }),
+            OpKind::Linear => LayerOp::Linear(FullyConnectedParams {
+                rows: self.h,
+                depth: self.cin,
+                units: self.cout,
+                activation: Activation::None,
+            }),
+        }
+    }
+
+    /// Multiply-adds per output channel.
+    fn macs_per_channel(&self) -> f64 {
+        let pixels = (self.n * self.oh * self.ow) as f64;
+        match self.op {
+            OpKind::Conv => pixels * (self.kh * self.kw * self.cin) as f64,
+            OpKind::Depthwise => pixels * (self.kh * self.kw) as f64,
+            OpKind::Linear => (self.h * self.cin) as f64,
+        }
+    }
+
+    /// The op features of computing `channels` of the output channels: geometry, FLOPs and
+    /// bytes moved (input read once, the part's weights, the part's output).
+    fn op_features(&self, channels: usize) -> Vec<f64> {
+        let c = channels as f64;
+        let flops = 2.0 * self.macs_per_channel() * c;
+        let input = (self.n * self.h * self.w * self.cin) as f64;
+        let weights_per_channel = match self.op {
+            OpKind::Conv => (self.kh * self.kw * self.cin) as f64,
+            OpKind::Depthwise => (self.kh * self.kw) as f64,
+            OpKind::Linear => self.cin as f64,
+        };
+        let output = (self.n * self.oh * self.ow) as f64 * c;
+        let bytes = 4.0 * (input + weights_per_channel * c + output);
+        vec![
+            self.n as f64,
+            self.h as f64,
+            self.w as f64,
+            self.cin as f64,
+            self.oh as f64,
+            self.ow as f64,
+            self.cout as f64,
+            self.kh as f64,
+            self.stride as f64,
+            c,
+            flops,
+            bytes,
+            flops / bytes.max(1.0),
+        ]
+    }
+}
+
+/// Names of the op features ([`Layer::op_features`] order).
+pub const OP_FEATURES: [&str; 13] = [
+    "n",
+    "h",
+    "w",
+    "cin",
+    "oh",
+    "ow",
+    "cout",
+    "k",
+    "stride",
+    "channels",
+    "flops",
+    "bytes",
+    "intensity",
+];
+
+/// Names of the dispatch features ([`dispatch_features`] order).
+pub const DISPATCH_FEATURES: [&str; 14] = [
+    "bx",
+    "by",
+    "bc",
+    "wg_x",
+    "wg_y",
+    "wg_z",
+    "wg_size",
+    "work_groups",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "work_items",
+    "lane_waste",
+    "channel_offset",
+];
+
+fn dispatch_features(d: &DispatchRecord, c0: usize, c1: usize) -> Vec<f64> {
+    let items = (d.grid[0] * d.grid[1] * d.grid[2]) as f64;
+    // Channels computed but not stored (block rounding at both ends of the range).
+    let bc = d.block[2].max(1);
+    let c_start = c0 / bc * bc;
+    let covered = (c1.saturating_sub(c_start)).div_ceil(bc) * bc;
+    let waste = covered.saturating_sub(c1 - c0) as f64;
+    vec![
+        d.block[0] as f64,
+        d.block[1] as f64,
+        d.block[2] as f64,
+        d.work_group[0] as f64,
+        d.work_group[1] as f64,
+        d.work_group[2] as f64,
+        (d.work_group[0] * d.work_group[1] * d.work_group[2]) as f64,
+        d.groups as f64,
+        d.grid[0] as f64,
+        d.grid[1] as f64,
+        d.grid[2] as f64,
+        items,
+        waste,
+        (c0 - c_start) as f64,
+    ]
+}
+
+/// The record of a runtime dispatch decision.
+pub fn record(d: &Dispatch) -> DispatchRecord {
+    DispatchRecord {
+        block: d.block,
+        work_group: d.work_group,
+        groups: d.groups,
+        grid: d.grid,
+    }
+}
+
+/// The CPU executor for `op` with `threads` threads.
+pub fn cpu_executor(op: OpKind, threads: usize) -> String {
+    format!("cpu_{}_t{threads}", op.name())
+}
+
+/// Whether an executor name is a CPU one.
+pub fn is_cpu(executor: &str) -> bool {
+    executor.starts_with("cpu_")
+}
+
+/// The feature names of an executor's model (`dispatch`: with the GPU dispatch features).
+pub fn feature_names(executor: &str, with_dispatch: bool) -> Vec<String> {
+    let mut names: Vec<String> = OP_FEATURES.iter().map(|s| s.to_string()).collect();
+    if !is_cpu(executor) && with_dispatch {
+        names.extend(DISPATCH_FEATURES.iter().map(|s| s.to_string()));
+    }
+    names
+}
+
+/// The features of a dataset row, with or without the recorded dispatch features.
+pub fn row_features(row: &Row, with_dispatch: bool) -> Vec<f64> {
+    let mut f = row.layer.op_features(row.c1 - row.c0);
+    if !is_cpu(&row.executor) && with_dispatch {
+        f.extend(dispatch_features(&row.dispatch, row.c0, row.c1));
+    }
+    f
+}
+
+/// The GPU part `[c − g, c)` of `layer`: its dispatch decision on `device` (the runtime's own
+/// function) and its features, in [`feature_names`] order with dispatch features.
+pub fn gpu_features(layer: &Layer, g: usize, device: &DeviceInfo) -> (Dispatch, Vec<f64>) {
+    let op = layer.to_op();
+    let c = layer.cout;
+    let range = c - g.min(c)..c;
+    let d = dispatch(op.gpu_op(), range.clone(), device);
+    let mut f = layer.op_features(range.len());
+    f.extend(dispatch_features(&record(&d), range.start, range.end));
+    (d, f)
+}
+
+/// The CPU part `[0, c)` of `layer`: its features.
+pub fn cpu_features(layer: &Layer, c: usize) -> Vec<f64> {
+    layer.op_features(c.min(layer.cout))
+}

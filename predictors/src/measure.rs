@@ -1,0 +1,416 @@
+//! The profiling driver behind `tandem profile`: which configurations and channel counts to
+//! measure, in what order, with resume and a progress line.
+//!
+//! Configurations: random ones, each dimension drawn by first picking a power-of-two interval
+//! `[2^k, 2^(k+1))` uniformly and then a value uniformly inside it (so small and large sizes are
+//! equally represented), plus the configurations that occur in given models (the zoo). Layers
+//! whose full computation exceeds [`Limits`] are skipped (single-core PoCL would spend minutes
+//! on them). Per configuration: the GPU at up to `points` channel counts `g` (multiples of the
+//! kernel's vector width, one drawn in each of `points` equal bins of `[1, C]`, and `C`), the
+//! CPU at each thread count at as many counts, and the join overhead once.
+
+use crate::dataset::{self, config_key, Appender, DatasetError, Row};
+use crate::features::{cpu_executor, record, Layer, OpKind};
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tandem_runtime::gpu::dispatch::vector_width;
+use tandem_runtime::gpu::GpuError;
+use tandem_runtime::profile::{MeasureOptions, Profiler};
+use tandem_runtime::rng::Rng;
+
+/// Size limits of measured layers.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest full-layer FLOPs.
+    pub max_flops: f64,
+    /// Largest weight count.
+    pub max_weights: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_flops: 400e6,
+            max_weights: 4 << 20,
+        }
+    }
+}
+
+/// What `tandem profile` measures.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub ops: Vec<OpKind>,
+    /// Random configurations (in addition to the model configurations).
+    pub samples: usize,
+    pub threads: Vec<usize>,
+    pub budget: Option<Duration>,
+    pub seed: u64,
+    /// Channel counts per executor and configuration.
+    pub points: usize,
+    pub limits: Limits,
+    pub measure: MeasureOptions,
+    /// Description of the machine setting, recorded with the dataset.
+    pub setting: String,
+}
+
+fn in_interval(rng: &mut Rng, lo_exp: u32, hi_exp: u32) -> usize {
+    let k = lo_exp + (rng.next_u64() % u64::from(hi_exp - lo_exp + 1)) as u32;
+    let lo = 1usize << k;
+    lo + (rng.next_u64() % lo as u64) as usize
+}
+
+fn pick<T: Copy>(rng: &mut Rng, v: &[T]) -> T {
+    v[(rng.next_u64() % v.len() as u64) as usize]
+}
+
+/// SAME padding geometry: output size and leading pad.
+fn same(size: usize, k: usize, s: usize) -> (usize, usize) {
+    let out = size.div_ceil(s);
+    let total = ((out - 1) * s + k).saturating_sub(size);
+    (out, total / 2)
+}
+
+/// Full-layer FLOPs and weight count.
+pub fn cost(l: &Layer) -> (f64, usize) {
+    let pixels = (l.n * l.oh * l.ow) as f64;
+    match l.op {
+        OpKind::Conv => (
+            2.0 * pixels * (l.kh * l.kw * l.cin * l.cout) as f64,
+            l.kh * l.kw * l.cin * l.cout,
+        ),
+        OpKind::Depthwise => (
+            2.0 * pixels * (l.kh * l.kw * l.cout) as f64,
+            l.kh * l.kw * l.cout,
+        ),
+        OpKind::Linear => (2.0 * (l.h * l.cin * l.cout) as f64, l.cin * l.cout),
+    }
+}
+
+fn fits(l: &Layer, limits: &Limits) -> bool {
+    let (f, w) = cost(l);
+    f <= limits.max_flops && w <= limits.max_weights && l.cout > 0 && l.oh > 0 && l.ow > 0
+}
+
+/// One random configuration of `op`.
+pub fn random_layer(op: OpKind, rng: &mut Rng) -> Layer {
+    match op {
+        OpKind::Conv | OpKind::Depthwise => {
+            let e = (rng.next_u64() % 6) as u32 + 2; // H, W in [4, 256)
+            let lo = 1usize << e;
+            let h = lo + (rng.next_u64() % lo as u64) as usize;
+            let w = lo + (rng.next_u64() % lo as u64) as usize;
+            let k = pick(rng, &[1, 3, 5, 7]);
+            let s = pick(rng, &[1, 2]);
+            let (oh, pad_t) = same(h, k, s);
+            let (ow, pad_l) = same(w, k, s);
+            let (cin, cout) = if op == OpKind::Conv {
+                (in_interval(rng, 2, 9), in_interval(rng, 3, 9))
+            } else {
+                let c = in_interval(rng, 3, 10);
+                (c, c)
+            };
+            let k = if op == OpKind::Depthwise && k == 1 {
+                3
+            } else {
+                k
+            };
+            let (oh, pad_t, ow, pad_l) = if op == OpKind::Depthwise {
+                let (oh, pt) = same(h, k, s);
+                let (ow, pl) = same(w, k, s);
+                (oh, pt, ow, pl)
+            } else {
+                (oh, pad_t, ow, pad_l)
+            };
+            Layer {
+                op,
+                n: 1,
+                h,
+                w,
+                cin,
+                oh,
+                ow,
+                cout,
+                kh: k,
+                kw: k,
+                stride: s,
+                pad_t,
+                pad_l,
+            }
+        }
+        OpKind::Linear => {
+            let rows = in_interval(rng, 0, 7);
+            Layer {
+                op,
+                n: 1,
+                h: rows,
+                w: 1,
+                cin: in_interval(rng, 4, 11),
+                oh: rows,
+                ow: 1,
+                cout: in_interval(rng, 3, 11),
+                kh: 1,
+                kw: 1,
+                stride: 1,
+                pad_t: 0,
+                pad_l: 0,
+            }
+        }
+    }
+}
+
+/// `count` random configurations over `ops` (round robin) within `limits`, deterministic in
+/// `seed`.
+pub fn random_layers(ops: &[OpKind], count: usize, seed: u64, limits: &Limits) -> Vec<Layer> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::with_capacity(count);
+    let mut i = 0;
+    let mut tries = 0;
+    while out.len() < count && !ops.is_empty() && tries < count * 1000 {
+        tries += 1;
+        let l = random_layer(ops[i % ops.len()], &mut rng);
+        if fits(&l, limits) {
+            out.push(l);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Up to `points` channel counts in `[1, C]`: multiples of `step` (or `C`), one drawn in each
+/// of `points - 1` equal bins, and `C`; sorted, without repeats.
+pub fn channel_points(c: usize, step: usize, points: usize, rng: &mut Rng) -> Vec<usize> {
+    let step = step.max(1);
+    let mut out = vec![c];
+    let bins = points.saturating_sub(1).max(1);
+    for b in 0..bins {
+        let lo = c * b / bins;
+        let hi = (c * (b + 1) / bins).max(lo + 1);
+        let v = lo + 1 + (rng.next_u64() % (hi - lo) as u64) as usize;
+        let v = (v.div_ceil(step) * step).min(c);
+        out.push(v.max(1));
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Progress after each configuration.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    pub done: usize,
+    pub total: usize,
+    pub skipped: usize,
+    pub elapsed: Duration,
+    /// Estimated time left (by the mean time per configuration, capped by the budget).
+    pub eta: Duration,
+    pub current: String,
+}
+
+/// Renders a progress line: `[#####-----] 12/40 configs  1m02s elapsed  ETA 3m30s  conv:…`.
+pub fn progress_line(p: &Progress) -> String {
+    let width = 24;
+    let filled = (p.done * width).checked_div(p.total).unwrap_or(width);
+    let fmt = |d: Duration| {
+        let s = d.as_secs();
+        format!("{}m{:02}s", s / 60, s % 60)
+    };
+    format!(
+        "[{}{}] {}/{} configs  {} elapsed  ETA {}  {}",
+        "#".repeat(filled.min(width)),
+        "-".repeat(width - filled.min(width)),
+        p.done,
+        p.total,
+        fmt(p.elapsed),
+        fmt(p.eta),
+        p.current
+    )
+}
+
+/// Why profiling stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileRunError {
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    #[error("measuring {config}: {source}")]
+    Gpu { config: String, source: GpuError },
+    #[error("{path} holds measurements of another device ({found}); this one is {this}: use another file")]
+    OtherDevice {
+        path: String,
+        found: String,
+        this: String,
+    },
+}
+
+/// What a profiling run did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub measured: usize,
+    pub skipped: usize,
+    pub rows: usize,
+    pub out_of_budget: usize,
+}
+
+/// Interleaves model configurations (first, deduplicated, within limits) with random ones.
+pub fn schedule(models: &[Layer], random: &[Layer], ops: &[OpKind], limits: &Limits) -> Vec<Layer> {
+    let mut seen = HashSet::new();
+    let models: Vec<&Layer> = models
+        .iter()
+        .filter(|l| ops.contains(&l.op) && fits(l, limits))
+        .filter(|l| seen.insert(config_key(l)))
+        .collect();
+    let mut out = Vec::new();
+    let (mut a, mut b) = (models.iter(), random.iter());
+    loop {
+        let x = a.next();
+        let y = b.next();
+        if x.is_none() && y.is_none() {
+            break;
+        }
+        if let Some(l) = x {
+            out.push((*l).clone());
+        }
+        if let Some(l) = y {
+            if seen.insert(config_key(l)) {
+                out.push(l.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Measures every configuration of `configs` not already in `out` (resume), appending rows per
+/// configuration; stops when the budget is spent. `cpu` describes the CPU for the rows.
+pub fn run(
+    profiler: &mut Profiler,
+    out: &Path,
+    configs: &[Layer],
+    plan: &Plan,
+    cpu: &str,
+    mut progress: impl FnMut(&Progress),
+) -> Result<Summary, ProfileRunError> {
+    let device = profiler.device().label();
+    let existing = if out.exists() && std::fs::metadata(out).is_ok_and(|m| m.len() > 0) {
+        dataset::read(out)?
+    } else {
+        Vec::new()
+    };
+    if let Some(r) = existing.iter().find(|r| r.device != device) {
+        return Err(ProfileRunError::OtherDevice {
+            path: out.display().to_string(),
+            found: r.device.clone(),
+            this: device,
+        });
+    }
+    let done: HashSet<&str> = existing.iter().map(|r| r.config.as_str()).collect();
+    let todo: Vec<&Layer> = configs
+        .iter()
+        .filter(|l| !done.contains(config_key(l).as_str()))
+        .collect();
+    let skipped = configs.len() - todo.len();
+    let mut appender = Appender::open(out)?;
+    let start = Instant::now();
+    let mut summary = Summary {
+        measured: 0,
+        skipped,
+        rows: 0,
+        out_of_budget: 0,
+    };
+    let sync_options = MeasureOptions {
+        min_reps: 15,
+        max_reps: 31,
+        target_ms: 0.0,
+        ..plan.measure
+    };
+    for (i, layer) in todo.iter().enumerate() {
+        let elapsed = start.elapsed();
+        if plan.budget.is_some_and(|b| elapsed >= b) {
+            summary.out_of_budget = todo.len() - i;
+            break;
+        }
+        let key = config_key(layer);
+        let per = if i > 0 {
+            elapsed / i as u32
+        } else {
+            Duration::ZERO
+        };
+        let mut eta = per * (todo.len() - i) as u32;
+        if let Some(b) = plan.budget {
+            eta = eta.min(b.saturating_sub(elapsed));
+        }
+        progress(&Progress {
+            done: skipped + i,
+            total: configs.len(),
+            skipped,
+            elapsed,
+            eta,
+            current: key.clone(),
+        });
+        let gpu_err = |source| ProfileRunError::Gpu {
+            config: key.clone(),
+            source,
+        };
+        let op = layer.to_op();
+        let c = layer.cout;
+        let mut rng = Rng::new(plan.seed ^ fnv(&key));
+        let step = vector_width(op.gpu_op());
+        let gpu_points = channel_points(c, step, plan.points, &mut rng);
+        let cpu_points = channel_points(c, step, plan.points, &mut rng);
+        let mut bench = profiler.layer(&op, &gpu_points, 1).map_err(gpu_err)?;
+        let sync = bench.sync(&sync_options).map_err(gpu_err)?;
+        let base = |executor: String, threads: usize, c0: usize, c1: usize| Row {
+            config: key.clone(),
+            device: device.clone(),
+            cpu: cpu.to_string(),
+            layer: (*layer).clone(),
+            executor,
+            threads,
+            c0,
+            c1,
+            variant: String::new(),
+            dispatch: Default::default(),
+            ms: 0.0,
+            reps: 0,
+            sync_ms: sync.median_ms,
+        };
+        let mut rows = Vec::new();
+        for &g in &gpu_points {
+            let (d, t) = bench.gpu(g, &plan.measure).map_err(gpu_err)?;
+            let mut r = base(d.variant.name().to_string(), 0, c - g, c);
+            r.variant = d.variant.name().to_string();
+            r.dispatch = record(&d);
+            r.ms = t.median_ms;
+            r.reps = t.reps;
+            rows.push(r);
+        }
+        for &t in &plan.threads {
+            for &cc in &cpu_points {
+                let timing = bench.cpu(cc, t, &plan.measure);
+                let mut r = base(cpu_executor(layer.op, t), t, 0, cc);
+                r.ms = timing.median_ms;
+                r.reps = timing.reps;
+                rows.push(r);
+            }
+        }
+        appender.append(&rows)?;
+        summary.measured += 1;
+        summary.rows += rows.len();
+    }
+    progress(&Progress {
+        done: skipped + summary.measured,
+        total: configs.len(),
+        skipped,
+        elapsed: start.elapsed(),
+        eta: Duration::ZERO,
+        current: "done".into(),
+    });
+    Ok(summary)
+}
+
+fn fnv(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

@@ -1,0 +1,393 @@
+//! Training: one LightGBM forest per executor on the log of the latency, hyperparameters by a
+//! small grid search with 3-fold cross-validation grouped by configuration, an 80/20 split by
+//! configuration for validation, and two ablations per GPU executor: the same model without the
+//! dispatch features, and one black-box model for the whole GPU (op features only, all
+//! variants together; the paper's naive predictor).
+
+use crate::bundle::{Accuracy, Executor, Profile, Provenance, FORMAT};
+use crate::dataset::Row;
+use crate::eval::accuracy;
+use crate::features::{feature_names, is_cpu, row_features};
+use crate::forest::{Baseline, Forest};
+use lightgbm3::{Booster, Dataset};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use tandem_runtime::gpu::device::DeviceInfo;
+
+/// Why training failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("LightGBM: {0}")]
+    LightGbm(String),
+    #[error("{0}")]
+    Data(String),
+}
+
+fn lgb(e: lightgbm3::Error) -> TrainError {
+    TrainError::LightGbm(e.to_string())
+}
+
+/// Whether a configuration belongs to the held-out 20% (a stable hash of its key).
+pub fn is_test_config(config: &str) -> bool {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in config.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h.is_multiple_of(5)
+}
+
+fn fold_of(config: &str, folds: u64) -> u64 {
+    let mut h: u64 = 0x8422_2325_cbf2_9ce4;
+    for b in config.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    (h >> 7) % folds
+}
+
+/// One grid point of the search.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Params {
+    pub num_leaves: u32,
+    pub min_data_in_leaf: u32,
+    pub learning_rate: f64,
+    pub num_iterations: u32,
+}
+
+impl Params {
+    fn json(&self, rows: usize) -> Value {
+        json!({
+            "objective": "regression",
+            "num_leaves": self.num_leaves,
+            "min_data_in_leaf": self.min_data_in_leaf.min((rows / 2).max(1) as u32),
+            "learning_rate": self.learning_rate,
+            "num_iterations": self.num_iterations,
+            "min_data_in_bin": 1,
+            "feature_pre_filter": false,
+            "lambda_l2": 1.0,
+            "num_threads": 1,
+            "deterministic": true,
+            "seed": 7,
+            "verbosity": -1,
+        })
+    }
+
+    fn map(&self) -> BTreeMap<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(m)) => m.into_iter().collect(),
+            _ => BTreeMap::new(),
+        }
+    }
+}
+
+/// The search grid: few, shallow trees, so that a sweep over every split of a layer stays far
+/// below a millisecond.
+pub fn grid() -> Vec<Params> {
+    let mut out = Vec::new();
+    for num_leaves in [7, 15, 31] {
+        for min_data_in_leaf in [2, 5] {
+            for (learning_rate, num_iterations) in [(0.2, 80), (0.1, 200)] {
+                out.push(Params {
+                    num_leaves,
+                    min_data_in_leaf,
+                    learning_rate,
+                    num_iterations,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A trained LightGBM booster with its pure-Rust forest and the baseline it corrects.
+pub struct Trained {
+    pub booster: Booster,
+    pub forest: Forest,
+    pub baseline: Baseline,
+}
+
+impl Trained {
+    /// Predicted latencies (ms).
+    pub fn predict_ms(&self, x: &[Vec<f64>]) -> Vec<f64> {
+        x.iter()
+            .map(|r| (self.baseline.eval(r) + self.forest.predict(r)).exp())
+            .collect()
+    }
+}
+
+/// The baseline columns for rows of `n` features: FLOPs and bytes (when the row has the op
+/// features). Work groups and work items in the baseline were tried and extrapolated worse.
+pub fn baseline_cols(n: usize) -> Vec<usize> {
+    if n >= crate::features::OP_FEATURES.len() {
+        vec![10, 11]
+    } else {
+        vec![]
+    }
+}
+
+/// Trains on feature rows `x` (all the same length) and latencies `ms`.
+pub fn fit(x: &[Vec<f64>], ms: &[f64], params: &Params) -> Result<Trained, TrainError> {
+    let nf = x.first().map_or(0, Vec::len);
+    if x.is_empty() || nf == 0 {
+        return Err(TrainError::Data("no training rows".into()));
+    }
+    let flat: Vec<f64> = x.iter().flatten().copied().collect();
+    let logs: Vec<f64> = ms.iter().map(|v| v.max(1e-6).ln()).collect();
+    let baseline = Baseline::fit(x, &logs, &baseline_cols(nf));
+    let labels: Vec<f32> = x
+        .iter()
+        .zip(&logs)
+        .map(|(r, l)| (l - baseline.eval(r)) as f32)
+        .collect();
+    let ds = Dataset::from_slice(&flat, &labels, nf as i32, true).map_err(lgb)?;
+    let booster = Booster::train(ds, &params.json(x.len())).map_err(lgb)?;
+    let text = booster.save_string().map_err(lgb)?;
+    let forest = Forest::from_lightgbm(&text).map_err(TrainError::LightGbm)?;
+    Ok(Trained {
+        booster,
+        forest,
+        baseline,
+    })
+}
+
+/// LightGBM's own raw predictions for `x`.
+pub fn lightgbm_predict(booster: &Booster, x: &[Vec<f64>]) -> Result<Vec<f64>, TrainError> {
+    let nf = x.first().map_or(0, Vec::len);
+    let flat: Vec<f64> = x.iter().flatten().copied().collect();
+    booster.predict(&flat, nf as i32, true).map_err(lgb)
+}
+
+/// Mean MAPE over 3 folds grouped by configuration (`None` when too few configurations).
+fn cv_mape(rows: &[&Row], x: &[Vec<f64>], params: &Params) -> Result<Option<f64>, TrainError> {
+    let folds = 3;
+    let mut total = 0.0;
+    let mut counted = 0;
+    for f in 0..folds {
+        let (mut tx, mut ty, mut vx, mut vy) = (vec![], vec![], vec![], vec![]);
+        for (r, xi) in rows.iter().zip(x) {
+            if fold_of(&r.config, folds) == f {
+                vx.push(xi.clone());
+                vy.push(r.ms);
+            } else {
+                tx.push(xi.clone());
+                ty.push(r.ms);
+            }
+        }
+        if tx.len() < 4 || vx.is_empty() {
+            continue;
+        }
+        let t = fit(&tx, &ty, params)?;
+        total += accuracy(&t.predict_ms(&vx), &vy).mape;
+        counted += 1;
+    }
+    Ok((counted > 0).then(|| total / counted as f64))
+}
+
+/// The report of one executor.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExecutorReport {
+    pub train_rows: usize,
+    pub test_rows: usize,
+    pub configs: usize,
+    pub params: Params,
+    pub cv_mape: Option<f64>,
+    /// Held-out accuracy with every feature.
+    pub validation: Accuracy,
+    /// Held-out accuracy without the dispatch features (GPU executors).
+    pub without_dispatch: Option<Accuracy>,
+    /// Held-out accuracy of one black-box GPU model (op features, all variants), on this
+    /// executor's held-out rows (GPU executors).
+    pub black_box_gpu: Option<Accuracy>,
+}
+
+/// The training report (`--report-json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub dataset: String,
+    pub samples: usize,
+    pub configs: usize,
+    pub sync_ms: f64,
+    pub executors: BTreeMap<String, ExecutorReport>,
+}
+
+/// What the trainer knows about the measured device besides the rows.
+pub struct DeviceMeta {
+    pub device: DeviceInfo,
+    pub cpu: String,
+    pub setting: String,
+}
+
+/// Trains a profile on `rows` (progress lines go to `log`).
+pub fn train(
+    rows: &[Row],
+    meta: DeviceMeta,
+    dataset_name: &str,
+    mut log: impl FnMut(&str),
+) -> Result<(Profile, Report), TrainError> {
+    if rows.is_empty() {
+        return Err(TrainError::Data(format!("{dataset_name} has no rows")));
+    }
+    let mut by_exec: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        by_exec.entry(r.executor.as_str()).or_default().push(r);
+    }
+    let configs: BTreeSet<&str> = rows.iter().map(|r| r.config.as_str()).collect();
+    let mut sync: Vec<f64> = {
+        let mut seen = BTreeMap::new();
+        for r in rows {
+            seen.entry(r.config.as_str()).or_insert(r.sync_ms);
+        }
+        seen.into_values().collect()
+    };
+    let sync_ms = tandem_runtime::profile::median(&mut sync);
+
+    // The black-box GPU model: op features only, every GPU row, trained once.
+    let gpu_rows: Vec<&Row> = rows.iter().filter(|r| !is_cpu(&r.executor)).collect();
+    let black_box = {
+        let train: Vec<&Row> = gpu_rows
+            .iter()
+            .copied()
+            .filter(|r| !is_test_config(&r.config))
+            .collect();
+        if train.len() >= 4 {
+            let x: Vec<Vec<f64>> = train.iter().map(|r| row_features(r, false)).collect();
+            let y: Vec<f64> = train.iter().map(|r| r.ms).collect();
+            Some(fit(&x, &y, &grid()[5])?)
+        } else {
+            None
+        }
+    };
+
+    let mut executors = BTreeMap::new();
+    let mut reports = BTreeMap::new();
+    let mut validation = BTreeMap::new();
+    for (name, exec_rows) in by_exec {
+        let gpu = !is_cpu(name);
+        let (train_rows, test_rows): (Vec<&Row>, Vec<&Row>) = exec_rows
+            .iter()
+            .copied()
+            .partition(|r| !is_test_config(&r.config));
+        if train_rows.len() < 4 {
+            log(&format!(
+                "{name}: only {} training rows; skipped (measure more configurations)",
+                train_rows.len()
+            ));
+            continue;
+        }
+        let x: Vec<Vec<f64>> = train_rows.iter().map(|r| row_features(r, true)).collect();
+        let y: Vec<f64> = train_rows.iter().map(|r| r.ms).collect();
+        let mut best: Option<(f64, Params)> = None;
+        for p in grid() {
+            if let Some(m) = cv_mape(&train_rows, &x, &p)? {
+                if best.is_none_or(|(b, _)| m < b) {
+                    best = Some((m, p));
+                }
+            }
+        }
+        let (cv, params) = match best {
+            Some((m, p)) => (Some(m), p),
+            None => (None, grid()[5]),
+        };
+        let trained = fit(&x, &y, &params)?;
+        let tx: Vec<Vec<f64>> = test_rows.iter().map(|r| row_features(r, true)).collect();
+        let ty: Vec<f64> = test_rows.iter().map(|r| r.ms).collect();
+        let acc = accuracy(&trained.predict_ms(&tx), &ty);
+        let (without_dispatch, bb) = if gpu {
+            let x0: Vec<Vec<f64>> = train_rows.iter().map(|r| row_features(r, false)).collect();
+            let t0 = fit(&x0, &y, &params)?;
+            let tx0: Vec<Vec<f64>> = test_rows.iter().map(|r| row_features(r, false)).collect();
+            let a0 = accuracy(&t0.predict_ms(&tx0), &ty);
+            let abb = black_box
+                .as_ref()
+                .map(|f| accuracy(&f.predict_ms(&tx0), &ty));
+            (Some(a0), abb)
+        } else {
+            (None, None)
+        };
+        let nconf = exec_rows
+            .iter()
+            .map(|r| r.config.as_str())
+            .collect::<BTreeSet<_>>()
+            .len();
+        log(&format!(
+            "{name}: {} train / {} test rows, {nconf} configs; cv MAPE {}; held-out MAPE {:.2}%, \
+             within ±10% {:.1}%{}",
+            train_rows.len(),
+            test_rows.len(),
+            cv.map_or("-".into(), |m| format!("{m:.2}%")),
+            acc.mape,
+            acc.within10 * 100.0,
+            without_dispatch.map_or(String::new(), |a| format!(
+                "; without dispatch features {:.2}%",
+                a.mape
+            ))
+        ));
+        validation.insert(name.to_string(), acc);
+        reports.insert(
+            name.to_string(),
+            ExecutorReport {
+                train_rows: train_rows.len(),
+                test_rows: test_rows.len(),
+                configs: nconf,
+                params,
+                cv_mape: cv,
+                validation: acc,
+                without_dispatch,
+                black_box_gpu: bb,
+            },
+        );
+        executors.insert(
+            name.to_string(),
+            Executor {
+                features: feature_names(name, true),
+                dispatch_features: true,
+                params: params.map(),
+                forest: trained.forest,
+                baseline: trained.baseline,
+            },
+        );
+    }
+    let profile = Profile {
+        format: FORMAT.to_string(),
+        provenance: Provenance {
+            device: meta.device,
+            cpu: meta.cpu,
+            setting: meta.setting,
+            date: today(),
+            tandem_version: format!("tandem {}", env!("CARGO_PKG_VERSION")),
+            dataset: dataset_name.to_string(),
+            samples: rows.len(),
+            configs: configs.len(),
+            validation,
+        },
+        sync_ms,
+        executors,
+    };
+    let report = Report {
+        dataset: dataset_name.to_string(),
+        samples: rows.len(),
+        configs: configs.len(),
+        sync_ms,
+        executors: reports,
+    };
+    Ok((profile, report))
+}
+
+/// Today's UTC date, `YYYY-MM-DD`.
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    // Days to civil date (Howard Hinnant's algorithm).
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}

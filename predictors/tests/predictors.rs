@@ -1,0 +1,298 @@
+//! The predictors' contracts: the pure-Rust forest equals LightGBM, datasets round-trip and name
+//! what is wrong, compile-time features equal the run-time dispatch, training and evaluation
+//! produce per-executor accuracy, and profiling resumes.
+#![cfg(feature = "lightgbm")]
+
+use std::path::Path;
+use tandem_predictors::bundle::Profile;
+use tandem_predictors::dataset::{self, config_key, DispatchRecord, Row};
+use tandem_predictors::eval::{evaluate, to_json};
+use tandem_predictors::features::{self, cpu_executor, gpu_features, record, Layer, OpKind};
+use tandem_predictors::forest::Forest;
+use tandem_predictors::measure::{self, Limits};
+use tandem_predictors::train::{self, fit, grid, lightgbm_predict, DeviceMeta};
+use tandem_runtime::gpu::device::{DeviceInfo, SvmSupport};
+use tandem_runtime::gpu::launch::decide;
+use tandem_runtime::rng::Rng;
+
+fn fake_device() -> DeviceInfo {
+    DeviceInfo {
+        vendor: "test".into(),
+        name: "cpu".into(),
+        version: "OpenCL 3.0".into(),
+        driver: "1".into(),
+        is_gpu: false,
+        compute_units: 1,
+        max_work_group_size: 4096,
+        global_mem_bytes: 1 << 34,
+        local_mem_bytes: 1 << 20,
+        max_constant_bytes: 1 << 20,
+        svm: SvmSupport {
+            coarse_buffer: true,
+            fine_buffer: true,
+            atomics: true,
+        },
+        opencl_c_2: false,
+    }
+}
+
+/// Rows with a made-up latency law (GPU: a cost per work group, so dispatch matters; CPU:
+/// FLOPs), over random layers.
+fn synthetic_rows(configs: usize, seed: u64) -> Vec<Row> {
+    let dev = fake_device();
+    let layers = measure::random_layers(
+        &[OpKind::Conv, OpKind::Depthwise, OpKind::Linear],
+        configs,
+        seed,
+        &Limits::default(),
+    );
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    for l in &layers {
+        let key = config_key(l);
+        let op = l.to_op();
+        let step = tandem_runtime::gpu::dispatch::vector_width(op.gpu_op());
+        for g in measure::channel_points(l.cout, step, 5, &mut rng) {
+            let (d, x) = gpu_features(l, g, &dev);
+            let flops = x[10];
+            let ms = 0.02 + flops / 2e9 + 0.003 * d.groups as f64;
+            rows.push(Row {
+                config: key.clone(),
+                device: dev.label(),
+                cpu: "test cpu".into(),
+                layer: l.clone(),
+                executor: d.variant.name().into(),
+                threads: 0,
+                c0: l.cout - g,
+                c1: l.cout,
+                variant: d.variant.name().into(),
+                dispatch: record(&d),
+                ms,
+                reps: 7,
+                sync_ms: 0.004,
+            });
+        }
+        for c in measure::channel_points(l.cout, step, 5, &mut rng) {
+            let x = features::cpu_features(l, c);
+            rows.push(Row {
+                config: key.clone(),
+                device: dev.label(),
+                cpu: "test cpu".into(),
+                layer: l.clone(),
+                executor: cpu_executor(l.op, 1),
+                threads: 1,
+                c0: 0,
+                c1: c,
+                variant: String::new(),
+                dispatch: DispatchRecord::default(),
+                ms: 0.01 + x[10] / 5e9,
+                reps: 7,
+                sync_ms: 0.004,
+            });
+        }
+    }
+    rows
+}
+
+#[test]
+fn forest_equals_lightgbm_predictions() {
+    let mut rng = Rng::new(3);
+    let x: Vec<Vec<f64>> = (0..400)
+        .map(|_| {
+            (0..6)
+                .map(|_| (rng.symmetric() as f64 + 1.0) * 50.0)
+                .collect()
+        })
+        .collect();
+    let y: Vec<f64> = x
+        .iter()
+        .map(|r| 0.1 + r[0] * r[1] / 1000.0 + if r[2] > 40.0 { 3.0 } else { 0.5 } + r[5] / 100.0)
+        .collect();
+    for params in [grid()[0], grid()[11]] {
+        let t = fit(&x, &y, &params).expect("training");
+        // Rows the model saw and new ones, including exact thresholds.
+        let mut probe = x.clone();
+        for tree in &t.forest.trees {
+            for (i, &f) in tree.split_feature.iter().enumerate() {
+                let mut r = x[i % x.len()].clone();
+                r[f as usize] = tree.threshold[i];
+                probe.push(r);
+            }
+        }
+        let theirs = lightgbm_predict(&t.booster, &probe).expect("prediction");
+        assert_eq!(theirs.len(), probe.len());
+        for (r, want) in probe.iter().zip(&theirs) {
+            let got = t.forest.predict(r);
+            assert!(
+                (got - want).abs() <= 1e-6,
+                "{got} vs LightGBM {want} on {r:?}"
+            );
+        }
+        assert!(t.forest.trees.len() > 10);
+    }
+}
+
+#[test]
+fn forest_reads_lightgbm_text_and_rejects_nonsense() {
+    assert!(Forest::from_lightgbm("hello").is_err());
+    let bad = "tree\nmax_feature_idx=1\n\nTree=0\nnum_leaves=2\nnum_cat=0\nsplit_feature=5\n\
+               threshold=1\ndecision_type=2\nleft_child=-1\nright_child=-2\nleaf_value=1 2\n\
+               end of trees\n";
+    let e = Forest::from_lightgbm(bad).expect_err("feature 5 of 2");
+    assert!(e.contains("tree 0") && e.contains("feature 5"), "{e}");
+}
+
+#[test]
+fn csv_round_trip_plain_and_gzip() {
+    let rows = synthetic_rows(6, 11);
+    let dir = tempfile::tempdir().expect("tempdir");
+    for name in ["d.csv", "d.csv.gz"] {
+        let path = dir.path().join(name);
+        dataset::write(&path, &rows).expect("write");
+        let back = dataset::read(&path).expect("read");
+        assert_eq!(back.len(), rows.len());
+        for (a, b) in rows.iter().zip(&back) {
+            assert_eq!(a.layer, b.layer);
+            assert_eq!(a.dispatch, b.dispatch);
+            assert_eq!((a.c0, a.c1, &a.executor), (b.c0, b.c1, &b.executor));
+            assert!((a.ms - b.ms).abs() < 1e-6);
+        }
+    }
+    // Quoting: a device name with a comma and a quote.
+    let mut r = rows[0].clone();
+    r.device = "Vendor, Inc. \"GPU\"".into();
+    let path = dir.path().join("q.csv");
+    dataset::write(&path, std::slice::from_ref(&r)).expect("write");
+    assert_eq!(dataset::read(&path).expect("read")[0].device, r.device);
+}
+
+#[test]
+fn bad_csv_names_file_line_and_field() {
+    let rows = synthetic_rows(2, 5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.csv");
+    dataset::write(&path, &rows).expect("write");
+    let text = std::fs::read_to_string(&path).expect("read");
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut fields: Vec<String> = lines[3].split(',').map(String::from).collect();
+    let n = fields.len();
+    fields[n - 3] = "fast".into(); // ms
+    lines[3] = fields.join(",");
+    std::fs::write(&path, lines.join("\n")).expect("write");
+    let e = dataset::read(&path).expect_err("bad ms").to_string();
+    assert!(e.contains("bad.csv:4") && e.contains("'ms'"), "{e}");
+
+    std::fs::write(&path, "a,b\n1,2\n").expect("write");
+    let e = dataset::read(&path).expect_err("bad header").to_string();
+    assert!(e.contains("bad.csv:1") && e.contains("header"), "{e}");
+
+    let e = dataset::read(Path::new("/nonexistent/x.csv"))
+        .expect_err("missing")
+        .to_string();
+    assert!(e.contains("/nonexistent/x.csv"), "{e}");
+}
+
+fn trained(rows: &[Row]) -> (Profile, train::Report) {
+    train::train(
+        rows,
+        DeviceMeta {
+            device: fake_device(),
+            cpu: "test cpu".into(),
+            setting: "test".into(),
+        },
+        "synthetic.csv",
+        |_| {},
+    )
+    .expect("training")
+}
+
+#[test]
+fn training_evaluation_and_profile_files() {
+    let rows = synthetic_rows(60, 21);
+    let (profile, report) = trained(&rows);
+    assert!(profile.executors.contains_key("cpu_conv_t1"));
+    assert!(profile.executors.contains_key("fully_connected"));
+    for (name, r) in &report.executors {
+        assert_eq!(r.without_dispatch.is_some(), !name.starts_with("cpu_"));
+    }
+    // The CPU law is linear in FLOPs: the baseline carries it to held-out configurations.
+    let cpu = &report.executors["cpu_conv_t1"];
+    assert!(cpu.test_rows > 0 && cpu.validation.mape < 10.0, "{cpu:?}");
+    assert_eq!(profile.provenance.samples, rows.len());
+    assert_eq!(profile.provenance.date.len(), 10);
+
+    // Evaluation JSON shape.
+    let e = evaluate(&profile, &rows);
+    let j = to_json(&e);
+    let execs = j["executors"].as_object().expect("executors object");
+    assert_eq!(execs.len(), profile.executors.len());
+    for (name, a) in &e.executors {
+        // Mostly rows the forests were trained on (few: 60 configurations in all).
+        assert!(a.mape < 40.0, "{name}: {a:?}");
+    }
+    for v in execs.values() {
+        assert!(v["mape"].as_f64().is_some_and(|m| m >= 0.0));
+        assert!(v["within10"]
+            .as_f64()
+            .is_some_and(|w| (0.0..=1.0).contains(&w)));
+        assert!(v["n"].as_u64().is_some_and(|n| n > 0));
+    }
+
+    // Save, load, predict identically; the sweep covers every candidate.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("p.profile");
+    profile.save(&path).expect("save");
+    let back = Profile::load(&path).expect("load");
+    let l = &rows
+        .iter()
+        .find(|r| r.layer.op == OpKind::Conv)
+        .expect("a conv")
+        .layer;
+    let g = l.cout / 2 / 8 * 8 + 8;
+    let a = profile.predict_gpu(l, g.min(l.cout)).expect("gpu");
+    assert_eq!(a, back.predict_gpu(l, g.min(l.cout)).expect("gpu"));
+    let sweep = back.sweep(l, 1).expect("sweep");
+    assert_eq!(sweep.first().map(|c| c.gpu_channels), Some(0));
+    assert_eq!(sweep.last().map(|c| c.gpu_channels), Some(l.cout));
+    for c in &sweep {
+        assert!(c.total_ms >= c.gpu_ms.max(c.cpu_ms));
+        if c.gpu_channels > 0 {
+            let want = back.predict_gpu(l, c.gpu_channels).expect("gpu");
+            assert_eq!(c.gpu_ms, want);
+        }
+    }
+
+    // A bad profile names the file and the field.
+    let mut text = std::fs::read_to_string(&path).expect("read");
+    text = text.replacen("tandem-profile/1", "tandem-profile/9", 1);
+    std::fs::write(&path, &text).expect("write");
+    let e = Profile::load(&path).expect_err("bad format").to_string();
+    assert!(e.contains("p.profile") && e.contains("'format'"), "{e}");
+    std::fs::write(&path, "{").expect("write");
+    let e = Profile::load(&path).expect_err("bad json").to_string();
+    assert!(e.contains("p.profile") && e.contains("line 1"), "{e}");
+}
+
+#[test]
+fn compile_time_features_equal_the_runtime_dispatch() {
+    let dev = fake_device();
+    let layers = measure::random_layers(
+        &[OpKind::Conv, OpKind::Depthwise, OpKind::Linear],
+        60,
+        9,
+        &Limits::default(),
+    );
+    let mut rng = Rng::new(1);
+    for l in &layers {
+        let op = l.to_op();
+        let kernel = op.kernel();
+        for g in measure::channel_points(l.cout, 1, 6, &mut rng) {
+            let (d, x) = gpu_features(l, g, &dev);
+            let runtime = decide(&kernel, l.cout - g..l.cout, &dev);
+            assert_eq!(d, runtime, "{l:?} g={g}");
+            let names = features::feature_names(d.variant.name(), true);
+            assert_eq!(x.len(), names.len());
+        }
+        assert_eq!(Layer::from_op(&op).as_ref(), Ok(l));
+    }
+}

@@ -1,0 +1,89 @@
+//! Profiling on the OpenCL device (PoCL on the project's machines; `cargo xtask test` installs
+//! it): rows carry what the runtime dispatched, which equals the compile-time features, and a
+//! second run resumes instead of measuring again.
+
+use std::time::Duration;
+use tandem_predictors::dataset::{self, config_key};
+use tandem_predictors::features::{gpu_features, record, Layer, OpKind};
+use tandem_predictors::measure::{self, Limits, Plan};
+use tandem_runtime::profile::{MeasureOptions, Profiler};
+
+fn plan() -> Plan {
+    Plan {
+        ops: vec![OpKind::Conv, OpKind::Depthwise, OpKind::Linear],
+        samples: 0,
+        threads: vec![1, 2],
+        budget: None,
+        seed: 3,
+        points: 3,
+        limits: Limits::default(),
+        measure: MeasureOptions {
+            warmup: 1,
+            min_reps: 1,
+            max_reps: 1,
+            target_ms: 0.0,
+            deadline: Duration::from_secs(60),
+        },
+        setting: "test".into(),
+    }
+}
+
+fn small_layers() -> Vec<Layer> {
+    let limits = Limits {
+        max_flops: 2e6,
+        max_weights: 1 << 16,
+    };
+    measure::random_layers(
+        &[OpKind::Conv, OpKind::Depthwise, OpKind::Linear],
+        4,
+        17,
+        &limits,
+    )
+}
+
+#[test]
+fn profiling_records_the_dispatch_and_resumes() {
+    let mut profiler = match Profiler::open(false) {
+        Ok(p) => p,
+        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
+    };
+    let dev = profiler.device().clone();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("d.csv");
+    let layers = small_layers();
+    let first = &layers[..3];
+    let s = measure::run(&mut profiler, &out, first, &plan(), "cpu", |_| {}).expect("profiling");
+    assert_eq!((s.measured, s.skipped), (3, 0));
+    let rows = dataset::read(&out).expect("dataset");
+    assert_eq!(rows.len(), s.rows);
+    for l in first {
+        let key = config_key(l);
+        let mine: Vec<_> = rows.iter().filter(|r| r.config == key).collect();
+        assert!(mine
+            .iter()
+            .any(|r| r.executor.starts_with("cpu_") && r.threads == 2));
+        assert!(mine.iter().any(|r| r.threads == 0 && r.c1 - r.c0 == l.cout));
+    }
+    for r in rows.iter().filter(|r| r.threads == 0) {
+        assert!(r.ms > 0.0 && r.sync_ms > 0.0);
+        let (d, _) = gpu_features(&r.layer, r.c1 - r.c0, &dev);
+        assert_eq!(d.variant.name(), r.variant);
+        assert_eq!(r.executor, r.variant);
+        assert_eq!(record(&d), r.dispatch, "{}", r.config);
+    }
+
+    // All four: the first three are skipped, only the new one is measured.
+    let s = measure::run(&mut profiler, &out, &layers, &plan(), "cpu", |_| {}).expect("resume");
+    assert_eq!((s.measured, s.skipped), (1, 3));
+    let again = dataset::read(&out).expect("dataset");
+    assert_eq!(again.len(), rows.len() + s.rows);
+    let keys: std::collections::BTreeSet<_> = again.iter().map(|r| r.config.clone()).collect();
+    assert_eq!(keys.len(), 4);
+
+    // A zero budget measures nothing.
+    let mut p = plan();
+    p.budget = Some(Duration::ZERO);
+    let more = measure::random_layers(&[OpKind::Linear], 1, 99, &Limits::default());
+    let s = measure::run(&mut profiler, &out, &more, &p, "cpu", |_| {}).expect("budget");
+    assert_eq!((s.measured, s.out_of_budget), (0, 1));
+}

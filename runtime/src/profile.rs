@@ -1,0 +1,647 @@
+//! Device profiling: the latency of one splittable layer's GPU part, CPU part and the join, as
+//! the runtime itself runs them. `tandem profile` (and an on-device tool) measure through this
+//! module; the predictors are trained on what it reports.
+//!
+//! Contracts:
+//! - [`LayerBench::gpu`] times output channels `[C − g, C)` of the layer on the GPU alone: the
+//!   same [`GpuBackend::enqueue_step`] launch the session makes, followed by the polling
+//!   signal kernel, and a CPU spin on the flag (the runtime's polling protocol). Wall-clock from
+//!   the enqueue to the flag, so launch cost is included.
+//! - [`LayerBench::cpu`] times output channels `[0, c)` on the CPU kernels with a pinned
+//!   [`ThreadPool`] of `t` threads.
+//! - [`LayerBench::sync`] times one join: the GPU queue spins in the polling wait kernel, the CPU
+//!   stores its flag, the GPU's signal kernel answers and the CPU sees it.
+//! - Every measurement runs `warmup` untimed runs first (PoCL compiles a kernel per work-group
+//!   size and build options at its first launch), then repetitions until `min_reps` and
+//!   `target_ms` of timed work are reached (at most `max_reps`), and reports the median.
+//!
+//! The one-core-each setting of a 2-core machine: call [`limit_pocl_threads`] before OpenCL
+//! initialises, then [`split_cores`] once PoCL's worker thread exists (after a first kernel ran:
+//! [`Profiler::open`] does this when asked). Threads inherit their creator's affinity, so pinning
+//! the calling thread *before* PoCL starts its workers would put both sides on one core.
+
+use crate::artifact::{Artifact, Kernel, Placement, Step, Storage, TensorDesc};
+use crate::cpu::conv::{conv2d, pack_conv_weights, ConvParams};
+use crate::cpu::depthwise::{depthwise_conv2d, DepthwiseParams};
+use crate::cpu::fully_connected::{fully_connected, FullyConnectedParams};
+use crate::cpu::threads::ThreadPool;
+use crate::gpu::device::{DeviceInfo, GpuDevice};
+use crate::gpu::dispatch::{Dispatch, GpuOp, Variant};
+use crate::gpu::launch::{decide, ArenaMem, GpuBackend};
+use crate::gpu::layout::gpu_constants;
+use crate::gpu::memory::{Arena, Flags, ABORT, CPU_DONE, GPU_DONE};
+use crate::gpu::GpuError;
+use crate::rng::Rng;
+use crate::sync::spin_until;
+use crate::DType;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// A layer the profiler measures: the three kinds tandem splits by output channel.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LayerOp {
+    Conv(ConvParams),
+    Depthwise(DepthwiseParams),
+    Linear(FullyConnectedParams),
+}
+
+impl LayerOp {
+    /// The splittable layer of an artifact step, if it is one.
+    pub fn from_kernel(kernel: &Kernel) -> Option<LayerOp> {
+        match kernel {
+            Kernel::Conv2d(p) => Some(LayerOp::Conv(p.clone())),
+            Kernel::DepthwiseConv2d(p) => Some(LayerOp::Depthwise(p.clone())),
+            Kernel::FullyConnected(p) => Some(LayerOp::Linear(p.clone())),
+            _ => None,
+        }
+    }
+
+    /// The artifact kernel.
+    pub fn kernel(&self) -> Kernel {
+        match self {
+            LayerOp::Conv(p) => Kernel::Conv2d(p.clone()),
+            LayerOp::Depthwise(p) => Kernel::DepthwiseConv2d(p.clone()),
+            LayerOp::Linear(p) => Kernel::FullyConnected(p.clone()),
+        }
+    }
+
+    /// The op as the dispatcher sees it.
+    pub fn gpu_op(&self) -> GpuOp<'_> {
+        match self {
+            LayerOp::Conv(p) => GpuOp::Conv(p),
+            LayerOp::Depthwise(p) => GpuOp::Depthwise(p),
+            LayerOp::Linear(p) => GpuOp::FullyConnected(p),
+        }
+    }
+
+    /// Output channels (units of a linear layer): what a split divides.
+    pub fn channels(&self) -> usize {
+        match self {
+            LayerOp::Conv(p) => p.output[3],
+            LayerOp::Depthwise(p) => p.output[3],
+            LayerOp::Linear(p) => p.units,
+        }
+    }
+
+    /// Short kind name: `conv`, `dwconv` or `linear`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LayerOp::Conv(_) => "conv",
+            LayerOp::Depthwise(_) => "dwconv",
+            LayerOp::Linear(_) => "linear",
+        }
+    }
+
+    fn input_shape(&self) -> Vec<usize> {
+        match self {
+            LayerOp::Conv(p) => p.input.to_vec(),
+            LayerOp::Depthwise(p) => p.input.to_vec(),
+            LayerOp::Linear(p) => vec![p.rows, p.depth],
+        }
+    }
+
+    fn output_shape(&self) -> Vec<usize> {
+        match self {
+            LayerOp::Conv(p) => p.output.to_vec(),
+            LayerOp::Depthwise(p) => p.output.to_vec(),
+            LayerOp::Linear(p) => vec![p.rows, p.units],
+        }
+    }
+
+    /// TFLite-layout weight count.
+    fn weight_len(&self) -> usize {
+        match self {
+            LayerOp::Conv(p) => p.output[3] * p.depth(),
+            LayerOp::Depthwise(p) => p.kernel[0] * p.kernel[1] * p.output[3],
+            LayerOp::Linear(p) => p.units * p.depth,
+        }
+    }
+}
+
+/// How long to measure each point.
+#[derive(Debug, Clone, Copy)]
+pub struct MeasureOptions {
+    pub warmup: usize,
+    pub min_reps: usize,
+    pub max_reps: usize,
+    /// Timed work per point to aim for, in milliseconds.
+    pub target_ms: f64,
+    /// Longest a single run may take before the measurement fails.
+    pub deadline: Duration,
+}
+
+impl Default for MeasureOptions {
+    fn default() -> Self {
+        MeasureOptions {
+            warmup: 2,
+            min_reps: 7,
+            max_reps: 41,
+            target_ms: 60.0,
+            deadline: Duration::from_secs(20),
+        }
+    }
+}
+
+/// The median of a measurement and how many repetitions it took.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    pub median_ms: f64,
+    pub reps: usize,
+}
+
+/// Runs `once` (which returns the milliseconds of one run) as `options` say; the median.
+fn measure<E>(
+    options: &MeasureOptions,
+    mut once: impl FnMut() -> Result<f64, E>,
+) -> Result<Timing, E> {
+    for _ in 0..options.warmup {
+        once()?;
+    }
+    let mut times = Vec::with_capacity(options.min_reps);
+    let mut total = 0.0;
+    while times.len() < options.max_reps.max(1)
+        && (times.len() < options.min_reps.max(1) || total < options.target_ms)
+    {
+        let t = once()?;
+        total += t;
+        times.push(t);
+    }
+    Ok(Timing {
+        median_ms: median(&mut times),
+        reps: times.len(),
+    })
+}
+
+/// The median of `v` (the mean of the two middle values for an even count); 0 when empty.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Limits PoCL to one worker thread (`POCL_MAX_PTHREAD_COUNT=1`).
+///
+/// # Safety
+/// Must be called before any other thread exists and before OpenCL initialises (it sets an
+/// environment variable).
+pub unsafe fn limit_pocl_threads() {
+    // SAFETY: the caller guarantees no other thread reads the environment concurrently.
+    unsafe { std::env::set_var("POCL_MAX_PTHREAD_COUNT", "1") };
+}
+
+/// Puts the calling thread (the CPU side) on core 0 and every other thread of the process
+/// (PoCL's workers, which exist once a kernel has run) on core 1. Returns how many other
+/// threads were moved. Threads created later inherit the creator's affinity (core 0 for threads
+/// this thread spawns); [`ThreadPool`] pins its own workers.
+pub fn split_cores() -> usize {
+    let me = std::process::id() as i32;
+    // SAFETY: plain syscalls on thread ids of this process with initialised cpu sets.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    let pin = |thread: i32, core: usize| unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        libc::sched_setaffinity(thread, size_of::<libc::cpu_set_t>(), &set) == 0
+    };
+    pin(tid, 0);
+    let mut moved = 0;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{me}/task")) {
+        for t in tasks.flatten() {
+            if let Some(other) = t.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) {
+                if other != tid && pin(other, 1) {
+                    moved += 1;
+                }
+            }
+        }
+    }
+    moved
+}
+
+/// Runs the calling thread under `SCHED_FIFO` at `priority` (1–99); threads it creates later
+/// (PoCL's workers, the CPU thread pool) inherit the policy. On a machine where other
+/// processes compete for the cores, this keeps the measured threads from being preempted (each
+/// preemption costs a scheduler tick, 4 ms, and makes GPU latencies come out in steps of it).
+/// Linux throttles real-time threads to 95% of each second, so others still progress.
+pub fn realtime(priority: i32) -> Result<(), String> {
+    // SAFETY: a plain syscall on the calling thread with an initialised parameter.
+    let r = unsafe {
+        let param = libc::sched_param {
+            sched_priority: priority,
+        };
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "cannot switch to SCHED_FIFO priority {priority}: {} (needs CAP_SYS_NICE)",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+/// The CPU model name (`/proc/cpuinfo`), or `unknown cpu`.
+pub fn cpu_description() -> String {
+    let name = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown cpu".to_string());
+    // Counted from /proc/cpuinfo: the affinity mask may be narrowed by `split_cores`.
+    let cores = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|s| s.lines().filter(|l| l.starts_with("processor")).count())
+        .unwrap_or(0);
+    format!("{name} ({cores} cores)")
+}
+
+/// The device and state shared by every measured layer.
+pub struct Profiler {
+    backend: Option<GpuBackend>,
+    info: DeviceInfo,
+    flags: Flags,
+    pools: HashMap<usize, ThreadPool>,
+    epoch: i32,
+}
+
+impl Profiler {
+    /// Opens the OpenCL device. With `split`, runs a first kernel (so that PoCL's workers exist)
+    /// and then applies [`split_cores`]. Fails when there is no device or it lacks fine-grained
+    /// SVM with atomics (the polling protocol the runtime uses).
+    pub fn open(split: bool) -> Result<Profiler, GpuError> {
+        let dev = GpuDevice::open()?;
+        let info = dev.info.clone();
+        if !info.has_fine_svm() {
+            return Err(GpuError::Mismatch(format!(
+                "{} has no fine-grained SVM with atomics; the profiler measures the polling \
+                 protocol and needs it",
+                info.label()
+            )));
+        }
+        let flags = Flags::new(&dev.context)?;
+        let empty = Artifact {
+            producer: "tandem profile".into(),
+            model: "none".into(),
+            tensors: vec![],
+            weights: vec![],
+            weights_len: 0,
+            arena_bytes: 0,
+            inputs: vec![],
+            outputs: vec![],
+            steps: vec![],
+            threads: 1,
+            gpu: Some(info.clone()),
+        };
+        let backend = GpuBackend::new(dev, &empty)?;
+        let mut p = Profiler {
+            backend: Some(backend),
+            info,
+            flags,
+            pools: HashMap::new(),
+            epoch: 0,
+        };
+        // A first kernel: PoCL starts its worker threads.
+        p.sync(&MeasureOptions {
+            warmup: 1,
+            min_reps: 1,
+            max_reps: 1,
+            target_ms: 0.0,
+            deadline: Duration::from_secs(30),
+        })?;
+        if split {
+            split_cores();
+        }
+        Ok(p)
+    }
+
+    /// The OpenCL device's description.
+    pub fn device(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn next_epoch(&mut self) -> i32 {
+        self.epoch += 1;
+        self.epoch
+    }
+
+    /// One join of the polling protocol (see the module docs); the median in milliseconds.
+    pub fn sync(&mut self, options: &MeasureOptions) -> Result<Timing, GpuError> {
+        measure(options, || {
+            let e = self.next_epoch();
+            let deadline = options.deadline;
+            let flags = &self.flags;
+            let backend = self
+                .backend
+                .as_mut()
+                .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
+            backend.wait(flags, CPU_DONE, e, i32::MAX)?;
+            backend.signal(flags, GPU_DONE, e)?;
+            backend
+                .dev
+                .queue
+                .flush()
+                .map_err(|err| GpuError::Device(format!("flushing the queue: {err}")))?;
+            // Give the queue time to reach its wait kernel, as it has in a split step whose
+            // GPU part runs while the CPU computes.
+            let settle = Instant::now();
+            while settle.elapsed() < Duration::from_micros(300) {
+                std::hint::spin_loop();
+            }
+            let start = Instant::now();
+            flags.word(CPU_DONE).store(e, Ordering::Release);
+            spin_until(
+                flags.word(GPU_DONE),
+                e,
+                flags.word(ABORT),
+                Instant::now() + deadline,
+            )
+            .map_err(|_| deadline_error(deadline, "the GPU's signal after a join"))?;
+            Ok(start.elapsed().as_secs_f64() * 1e3)
+        })
+    }
+
+    /// Prepares `op` for measurement: random weights and input (from `seed`), the CPU weights,
+    /// and the GPU weights of every kernel variant the GPU channel counts `gpu_counts` dispatch
+    /// to (uploaded once).
+    pub fn layer(
+        &mut self,
+        op: &LayerOp,
+        gpu_counts: &[usize],
+        seed: u64,
+    ) -> Result<LayerBench<'_>, GpuError> {
+        let c = op.channels();
+        let mut rng = Rng::new(seed);
+        let weights = rng.uniform(op.weight_len(), 0.1);
+        let bias = rng.uniform(c, 0.1);
+        let kernel = op.kernel();
+        let cpu_weights = match op {
+            LayerOp::Conv(p) => pack_conv_weights(&weights, p),
+            _ => weights.clone(),
+        };
+        // Tensors: 0 input, 1 output (arena), then GPU constants per variant.
+        let in_shape = op.input_shape();
+        let out_shape = op.output_shape();
+        let in_bytes = in_shape.iter().product::<usize>() * 4;
+        let out_offset = in_bytes.div_ceil(64) * 64;
+        let out_bytes = out_shape.iter().product::<usize>() * 4;
+        let arena_bytes = out_offset + out_bytes.div_ceil(64) * 64;
+        let mut tensors = vec![
+            TensorDesc {
+                name: "input".into(),
+                dtype: DType::F32,
+                shape: in_shape.clone(),
+                storage: Storage::Arena { offset: 0 },
+            },
+            TensorDesc {
+                name: "output".into(),
+                dtype: DType::F32,
+                shape: out_shape,
+                storage: Storage::Arena { offset: out_offset },
+            },
+        ];
+        let mut gpu_weights: Vec<f32> = Vec::new();
+        let mut steps = Vec::new();
+        let mut by_variant: HashMap<Variant, usize> = HashMap::new();
+        for &g in gpu_counts {
+            let g = g.min(c);
+            if g == 0 {
+                continue;
+            }
+            let variant = decide(&kernel, c - g..c, &self.info).variant;
+            if by_variant.contains_key(&variant) {
+                continue;
+            }
+            let (w, b) = gpu_constants(&kernel, variant, &weights, Some(&bias))
+                .ok_or_else(|| GpuError::Mismatch(format!("{} has no GPU weights", op.kind())))?;
+            let mut constant = |values: &[f32], what: &str| {
+                let offset = gpu_weights.len().div_ceil(16) * 16;
+                gpu_weights.resize(offset, 0.0);
+                gpu_weights.extend_from_slice(values);
+                tensors.push(TensorDesc {
+                    name: format!("{what} ({})", variant.name()),
+                    dtype: DType::F32,
+                    shape: vec![values.len()],
+                    storage: Storage::Constant { offset },
+                });
+                tensors.len() - 1
+            };
+            let wt = constant(&w, "weights");
+            let bt = b.map(|b| constant(&b, "bias"));
+            by_variant.insert(variant, steps.len());
+            steps.push(Step {
+                name: format!("{} {}", op.kind(), variant.name()),
+                kernel: kernel.clone(),
+                inputs: vec![Some(0)],
+                outputs: vec![1],
+                placement: if g == c {
+                    Placement::Gpu
+                } else {
+                    Placement::Split { gpu_channels: g }
+                },
+                gpu_operands: vec![Some(0), Some(wt), bt],
+            });
+        }
+        let artifact = Artifact {
+            producer: "tandem profile".into(),
+            model: format!("one {}", op.kind()),
+            tensors,
+            weights_len: gpu_weights.len(),
+            weights: gpu_weights,
+            arena_bytes,
+            inputs: vec![0],
+            outputs: vec![1],
+            steps,
+            threads: 1,
+            gpu: Some(self.info.clone()),
+        };
+        let old = self
+            .backend
+            .take()
+            .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
+        let GpuBackend { dev, programs, .. } = old;
+        let mut arena = Arena::svm(&dev.context, arena_bytes.max(64))?;
+        let mut backend = GpuBackend::new(dev, &artifact)?;
+        backend.programs = programs;
+        self.backend = Some(backend);
+        let input = rng.uniform(in_shape.iter().product(), 1.0);
+        arena.slice(0, input.len()).copy_from_slice(&input);
+        Ok(LayerBench {
+            profiler: self,
+            op: op.clone(),
+            artifact,
+            by_variant,
+            arena,
+            out_offset: out_offset / 4,
+            cpu_weights,
+            bias,
+        })
+    }
+
+    fn pool(&mut self, threads: usize) -> &ThreadPool {
+        self.pools
+            .entry(threads)
+            .or_insert_with(|| ThreadPool::new(threads))
+    }
+}
+
+fn deadline_error(deadline: Duration, waiting: &str) -> GpuError {
+    GpuError::Deadline {
+        deadline_ms: deadline.as_millis() as u64,
+        waiting: waiting.into(),
+    }
+}
+
+/// One layer ready to be timed (see [`Profiler::layer`]).
+pub struct LayerBench<'p> {
+    profiler: &'p mut Profiler,
+    op: LayerOp,
+    artifact: Artifact,
+    by_variant: HashMap<Variant, usize>,
+    arena: Arena,
+    out_offset: usize,
+    cpu_weights: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl LayerBench<'_> {
+    /// Times output channels `[C − g, C)` on the GPU; returns the dispatch decision with it.
+    /// `g` must be one of the counts given to [`Profiler::layer`] (or dispatch to a variant one
+    /// of them did).
+    pub fn gpu(
+        &mut self,
+        g: usize,
+        options: &MeasureOptions,
+    ) -> Result<(Dispatch, Timing), GpuError> {
+        let c = self.op.channels();
+        let range = c - g.min(c)..c;
+        let kernel = self.op.kernel();
+        let d = decide(&kernel, range.clone(), &self.profiler.info);
+        let step = *self.by_variant.get(&d.variant).ok_or_else(|| {
+            GpuError::Mismatch(format!(
+                "{} GPU channels dispatch to {}, which this layer was not prepared for",
+                g,
+                d.variant.name()
+            ))
+        })?;
+        let arena = ArenaMem::Svm(self.arena.ptr().cast());
+        let timing = measure(options, || {
+            let e = self.profiler.next_epoch();
+            let deadline = options.deadline;
+            let start = Instant::now();
+            let flags = &self.profiler.flags;
+            let backend = self
+                .profiler
+                .backend
+                .as_mut()
+                .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
+            backend.enqueue_step(
+                &self.artifact,
+                &self.artifact.steps[step],
+                range.clone(),
+                arena,
+            )?;
+            backend.signal(flags, GPU_DONE, e)?;
+            backend
+                .dev
+                .queue
+                .flush()
+                .map_err(|err| GpuError::Device(format!("flushing the queue: {err}")))?;
+            spin_until(
+                flags.word(GPU_DONE),
+                e,
+                flags.word(ABORT),
+                Instant::now() + deadline,
+            )
+            .map_err(|_| deadline_error(deadline, "the GPU part of a profiled layer"))?;
+            Ok(start.elapsed().as_secs_f64() * 1e3)
+        })?;
+        Ok((d, timing))
+    }
+
+    /// Times output channels `[0, c)` on the CPU with `threads` threads.
+    pub fn cpu(&mut self, c: usize, threads: usize, options: &MeasureOptions) -> Timing {
+        let c = c.min(self.op.channels());
+        let op = self.op.clone();
+        let out_offset = self.out_offset;
+        let in_len: usize = op.input_shape().iter().product();
+        let out_len: usize = op.output_shape().iter().product();
+        let base = self.arena.ptr();
+        // SAFETY: input [0, in_len) and output [out_offset, out_offset + out_len) are disjoint
+        // ranges of the arena (the output starts past the input, 64-byte aligned).
+        let (input, out) = unsafe {
+            (
+                std::slice::from_raw_parts(base, in_len),
+                std::slice::from_raw_parts_mut(base.add(out_offset), out_len),
+            )
+        };
+        let (w, b) = (&self.cpu_weights, Some(self.bias.as_slice()));
+        let pool = self.profiler.pool(threads);
+        let r: Result<Timing, std::convert::Infallible> = measure(options, || {
+            let start = Instant::now();
+            match &op {
+                LayerOp::Conv(p) => conv2d(input, w, b, out, p, 0, c, pool),
+                LayerOp::Depthwise(p) => depthwise_conv2d(input, w, b, out, p, 0, c, pool),
+                LayerOp::Linear(p) => fully_connected(input, w, b, out, p, 0, c, pool),
+            }
+            Ok(start.elapsed().as_secs_f64() * 1e3)
+        });
+        match r {
+            Ok(t) => t,
+            Err(never) => match never {},
+        }
+    }
+
+    /// One join of the polling protocol ([`Profiler::sync`]).
+    pub fn sync(&mut self, options: &MeasureOptions) -> Result<Timing, GpuError> {
+        self.profiler.sync(options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&mut []), 0.0);
+    }
+
+    #[test]
+    fn measure_stops_at_the_target_and_the_cap() {
+        let o = MeasureOptions {
+            warmup: 1,
+            min_reps: 3,
+            max_reps: 5,
+            target_ms: 10.0,
+            deadline: Duration::from_secs(1),
+        };
+        let mut calls = 0;
+        let t: Result<Timing, ()> = measure(&o, || {
+            calls += 1;
+            Ok(4.0)
+        });
+        // 1 warm-up, then 3 reps reach 12 ms >= 10 ms.
+        assert_eq!(
+            t,
+            Ok(Timing {
+                median_ms: 4.0,
+                reps: 3
+            })
+        );
+        assert_eq!(calls, 4);
+        let t: Result<Timing, ()> = measure(&o, || Ok(0.5));
+        assert_eq!(t.map(|t| t.reps), Ok(5));
+    }
+}
