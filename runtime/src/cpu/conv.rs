@@ -188,7 +188,8 @@ pub fn conv2d(
         Activation::None => None,
         a => a.clamp_range(),
     };
-    pool.run(n * tiles * chunks, &|task| {
+    let flops = 2 * n * p.output[1] * p.output[2] * (c1 - c0) * p.depth();
+    pool.run_sized(n * tiles * chunks, flops, &|task| {
         let (b, t, ch) = (
             task / (tiles * chunks),
             task / chunks % tiles,

@@ -121,7 +121,8 @@ fn depthwise_conv2d_on(
         interior: interior_columns(p),
     };
     let shared = SharedOut::new(out);
-    pool.run(n * ho, &|task| {
+    let flops = 2 * n * ho * p.output[2] * (c1 - c0) * p.kernel[0] * p.kernel[1];
+    pool.run_sized(n * ho, flops, &|task| {
         let (b, oy) = (task / ho, task % ho);
         // SAFETY: each task owns output row oy of image b.
         let dst = unsafe { shared.range((b * ho + oy) * wo * cout, wo * cout) };
