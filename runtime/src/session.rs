@@ -393,12 +393,13 @@ impl<'m> Session<'m> {
         let a = &self.model.artifact;
         for (value, &t) in inputs.iter().zip(&a.inputs) {
             let desc = &a.tensors[t];
-            let values = value.to_f32().unwrap_or_default();
+            // `run` checked that the input is FLOAT32 with this shape: decode its little-endian
+            // bytes straight into the arena.
             if let Storage::Arena { offset } = desc.storage {
-                self.mem
-                    .arena
-                    .slice(offset / 4, desc.elements())
-                    .copy_from_slice(&values);
+                let dst = self.mem.arena.slice(offset / 4, desc.elements());
+                for (d, b) in dst.iter_mut().zip(value.data.chunks_exact(4)) {
+                    *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
             }
         }
     }
