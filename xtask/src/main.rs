@@ -2,6 +2,7 @@
 //! outputs, the demo, the tests and fuzzing.
 
 mod bench;
+mod bench_coexec;
 mod bench_depthwise;
 mod bench_predictors;
 mod bench_sync;
@@ -52,7 +53,9 @@ enum Task {
     /// `depthwise`: diagonalwise refactorization against native depthwise on MobileNetV1/V2;
     /// `sync`: per-wait CPU–GPU synchronisation overhead, SVM polling against event waits;
     /// `gemm`: the packed-weight GEMM kernels against the `gemm` crate, GFLOP/s;
-    /// `predictors`: time to sweep every candidate split of a layer with the shipped profile).
+    /// `predictors`: time to sweep every candidate split of a layer with the shipped profile;
+    /// `coexec`: planned and grid-search splits against single devices, per layer and end to
+    /// end on resnet18, resnet34, inception_v3, vgg16; writes docs/evaluation.md).
     Bench {
         /// What to benchmark: `cpu`, `gemm`, `depthwise`, `sync` or `predictors`.
         what: String,
@@ -71,6 +74,9 @@ enum Task {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// `coexec`: held-out random layers of each kind (conv, linear).
+        #[arg(long, default_value_t = 12)]
+        layers: usize,
     },
     /// Fuzz with cargo-fuzz: the .tflite reader (read_tflite), the artifact loader and runtime
     /// (load_artifact), or both in turn (all).
@@ -96,6 +102,9 @@ fn run(task: Task) -> Result<()> {
         Task::Zoo { out, names } => zoo::write_zoo(&root.join(out), &names)?,
         Task::Refs => zoo::write_references(&root)?,
         Task::Demo => {
+            // One PoCL thread (the shipped profile's setting); before OpenCL starts.
+            // SAFETY: no other thread exists yet in this process.
+            unsafe { tandem_runtime::profile::limit_pocl_threads() };
             setup::opencl()?;
             zoo::demo(&root)?
         }
@@ -123,18 +132,30 @@ fn run(task: Task) -> Result<()> {
             rounds,
             runs,
             json,
+            layers,
         } => {
             match what.as_str() {
                 "cpu" => {}
                 "gemm" => return bench::bench_gemm(10 * rounds),
                 "depthwise" => return bench_depthwise::bench_depthwise(&root, rounds, runs, json),
                 "predictors" => return bench_predictors::bench_predictors(&root, json),
+                "coexec" => {
+                    setup::opencl()?;
+                    let models = if models.is_empty() {
+                        ["resnet18", "resnet34", "inception_v3", "vgg16"]
+                            .map(String::from)
+                            .to_vec()
+                    } else {
+                        models
+                    };
+                    return bench_coexec::bench_coexec(&root, &models, layers, rounds, json);
+                }
                 "sync" => {
                     setup::opencl()?;
                     return bench_sync::bench_sync(&root, rounds.max(3) * runs.max(1) * 4, json);
                 }
                 _ => anyhow::bail!(
-                    "unknown benchmark '{what}'; available: cpu, gemm, depthwise, sync, predictors"
+                    "unknown benchmark '{what}'; available: cpu, gemm, depthwise, sync, predictors, coexec"
                 ),
             }
             let models = if models.is_empty() {
