@@ -136,7 +136,7 @@ fn held_out_layers(n: usize) -> Vec<Layer> {
     let mut rng = Rng::new(HELD_OUT_SEED);
     let mut pick = |lo: usize, hi: usize| -> usize {
         let u = (rng.uniform(1, 1.0)[0] as f64 + 1.0) / 2.0; // [0, 1)
-        // Log-uniform in [lo, hi).
+                                                             // Log-uniform in [lo, hi).
         ((lo as f64) * ((hi as f64) / (lo as f64)).powf(u)).floor() as usize
     };
     let mut out = Vec::new();
@@ -212,7 +212,11 @@ fn describe(l: &Layer) -> String {
     }
 }
 
-fn per_layer(profile: &Profile, costs: &mut Measured, layers: &[Layer]) -> Result<Vec<LayerResult>> {
+fn per_layer(
+    profile: &Profile,
+    costs: &mut Measured,
+    layers: &[Layer],
+) -> Result<Vec<LayerResult>> {
     let mut out = Vec::new();
     for (i, l) in layers.iter().enumerate() {
         let op: LayerOp = l.to_op();
@@ -253,7 +257,11 @@ fn per_layer(profile: &Profile, costs: &mut Measured, layers: &[Layer]) -> Resul
         );
         out.push(LayerResult {
             desc: describe(l),
-            kind: if l.op == OpKind::Linear { "linear" } else { "conv" },
+            kind: if l.op == OpKind::Linear {
+                "linear"
+            } else {
+                "conv"
+            },
             channels: c,
             predicted_g: best_pred.gpu_channels,
             oracle_g: best.gpu_channels,
@@ -297,7 +305,9 @@ fn end_to_end(
     let inputs = tandem_models::inputs::seeded_inputs(&graph, tandem_models::SEED);
     let base = CompileOptions::cpu(1, name);
     let planned: Planned = compile_planned(&path, &base, &PlanSource::Default, Some(gpu.clone()))?;
-    let report = planned.report.context("no shipped profile for this device")?;
+    let report = planned
+        .report
+        .context("no shipped profile for this device")?;
     let plain = compile_file(&path, &base)?;
     eprintln!("{name}: measuring every candidate split (oracle)…");
     let oracle_report = planner::plan(&plain.steps, &plain.tensors, costs, 1)?;
@@ -321,7 +331,12 @@ fn end_to_end(
         .artifact
         .steps
         .iter()
-        .filter(|s| matches!(s.placement, tandem_runtime::artifact::Placement::Split { .. }))
+        .filter(|s| {
+            matches!(
+                s.placement,
+                tandem_runtime::artifact::Placement::Split { .. }
+            )
+        })
         .count();
     let waits = tandem_runtime::sync::dependencies(&planned.artifact).waits();
     let models = [
@@ -347,7 +362,12 @@ fn end_to_end(
 }
 
 /// A line chart as SVG: `series` of (label, colour, points), axes labelled.
-fn svg_lines(title: &str, xlabel: &str, ylabel: &str, series: &[(&str, &str, Vec<(f64, f64)>)]) -> String {
+fn svg_lines(
+    title: &str,
+    xlabel: &str,
+    ylabel: &str,
+    series: &[(&str, &str, Vec<(f64, f64)>)],
+) -> String {
     let (w, h, m) = (640.0, 400.0, 60.0);
     let all = series.iter().flat_map(|s| s.2.iter());
     let (xmax, ymax) = all.fold((1e-9f64, 1e-9f64), |(a, b), &(x, y)| (a.max(x), b.max(y)));
@@ -445,10 +465,17 @@ fn svg_scatter(title: &str, points: &[(f64, f64)]) -> String {
 
 /// Runs the benchmark and writes its section of `docs/evaluation.md` (plots in
 /// `docs/figures/`).
-pub fn bench_coexec(root: &Path, models: &[String], layers: usize, rounds: usize, json: bool) -> Result<()> {
+pub fn bench_coexec(
+    root: &Path,
+    models: &[String],
+    layers: usize,
+    rounds: usize,
+    json: bool,
+) -> Result<()> {
     // SAFETY: no other thread exists yet in this process; OpenCL has not started.
     unsafe { tandem_runtime::profile::limit_pocl_threads() };
-    let profiler = Profiler::open(true).context("bench coexec needs an OpenCL device (pocl-opencl-icd)")?;
+    let profiler =
+        Profiler::open(true).context("bench coexec needs an OpenCL device (pocl-opencl-icd)")?;
     let gpu = profiler.device().clone();
     let profile_path = tandem_predictors::bundle::default_for(&gpu)
         .with_context(|| format!("no shipped profile for {}", gpu.label()))?;
@@ -504,8 +531,16 @@ pub fn bench_coexec(root: &Path, models: &[String], layers: usize, rounds: usize
             let (sp, so) = (r.single_ms / r.predicted_ms, r.single_ms / r.oracle_ms);
             body.push_str(&format!(
                 "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.2}x | {:.2}x | {:.0}% |\n",
-                r.desc, r.channels, r.predicted_g, r.oracle_g, r.single_ms, r.predicted_ms,
-                r.oracle_ms, sp, so, 100.0 * sp / so
+                r.desc,
+                r.channels,
+                r.predicted_g,
+                r.oracle_g,
+                r.single_ms,
+                r.predicted_ms,
+                r.oracle_ms,
+                sp,
+                so,
+                100.0 * sp / so
             ));
         }
         let n = rs.len().max(1) as f64;
@@ -522,7 +557,10 @@ pub fn bench_coexec(root: &Path, models: &[String], layers: usize, rounds: usize
         "\n| layers | mean predicted speedup | mean grid speedup | predicted / grid (mean per layer) |\n|---|---:|---:|---:|\n",
     );
     for (k, sp, so, share) in &summary {
-        body.push_str(&format!("| {k} | {sp:.3}x | {so:.3}x | {:.1}% |\n", share * 100.0));
+        body.push_str(&format!(
+            "| {k} | {sp:.3}x | {so:.3}x | {:.1}% |\n",
+            share * 100.0
+        ));
     }
     let all_share = results
         .iter()
@@ -560,8 +598,12 @@ pub fn bench_coexec(root: &Path, models: &[String], layers: usize, rounds: usize
         profile.sync_ms() * 1e3,
         measured_sync * 1e3,
         e2e.iter()
-            .map(|r| format!("{} {:.3} ms ({:.2}% of the plan)", r.name, r.waits as f64 * measured_sync,
-                100.0 * r.waits as f64 * measured_sync / r.plan_ms))
+            .map(|r| format!(
+                "{} {:.3} ms ({:.2}% of the plan)",
+                r.name,
+                r.waits as f64 * measured_sync,
+                100.0 * r.waits as f64 * measured_sync / r.plan_ms
+            ))
             .collect::<Vec<_>>()
             .join(", ")
     ));
@@ -578,7 +620,14 @@ pub fn bench_coexec(root: &Path, models: &[String], layers: usize, rounds: usize
             r.curve.iter().map(|p| (p.0 as f64, f(p))).collect()
         };
         let sync = measured_sync;
-        let co = pts(&|p| p.3.max(p.4) + if p.0 > 0 && p.0 < r.channels { sync } else { 0.0 });
+        let co = pts(&|p| {
+            p.3.max(p.4)
+                + if p.0 > 0 && p.0 < r.channels {
+                    sync
+                } else {
+                    0.0
+                }
+        });
         let svg = svg_lines(
             &format!("{}: latency against GPU channels", r.desc),
             "GPU output channels g",
@@ -620,15 +669,19 @@ pub fn bench_coexec(root: &Path, models: &[String], layers: usize, rounds: usize
     if json {
         let layers_json: Vec<serde_json::Value> = results
             .iter()
-            .map(|r| serde_json::json!({"layer": r.desc, "kind": r.kind, "channels": r.channels,
+            .map(|r| {
+                serde_json::json!({"layer": r.desc, "kind": r.kind, "channels": r.channels,
                 "predicted_g": r.predicted_g, "grid_g": r.oracle_g, "single_ms": r.single_ms,
-                "predicted_ms": r.predicted_ms, "grid_ms": r.oracle_ms}))
+                "predicted_ms": r.predicted_ms, "grid_ms": r.oracle_ms})
+            })
             .collect();
         let models_json: Vec<serde_json::Value> = e2e
             .iter()
-            .map(|r| serde_json::json!({"model": r.name, "cpu_ms": r.cpu_ms, "gpu_ms": r.gpu_ms,
+            .map(|r| {
+                serde_json::json!({"model": r.name, "cpu_ms": r.cpu_ms, "gpu_ms": r.gpu_ms,
                 "plan_ms": r.plan_ms, "oracle_ms": r.oracle_ms, "plan_max_rel_diff": r.plan_diff,
-                "oracle_max_rel_diff": r.oracle_diff}))
+                "oracle_max_rel_diff": r.oracle_diff})
+            })
             .collect();
         println!(
             "{}",

@@ -47,6 +47,21 @@ enum Task {
     Refs,
     /// The main job on a bundled default model.
     Demo,
+    /// Compile a .tflite model with the planner (shipped profile of this machine's GPU, else
+    /// CPU only), print the plan table and write MODEL.tandem beside the model.
+    Compile {
+        /// The `.tflite` model.
+        model: PathBuf,
+        /// Output artifact (default: the model's path with extension `.tandem`).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Plan with this device profile instead of the shipped one.
+        #[arg(long)]
+        profile: Option<PathBuf>,
+        /// CPU threads to plan for.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
     /// Run every test (installs what they need first).
     Test,
     /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo;
@@ -107,6 +122,30 @@ fn run(task: Task) -> Result<()> {
             unsafe { tandem_runtime::profile::limit_pocl_threads() };
             setup::opencl()?;
             zoo::demo(&root)?
+        }
+        Task::Compile {
+            model,
+            output,
+            profile,
+            threads,
+        } => {
+            let source = match profile {
+                Some(p) => tandem_compiler::run::PlanSource::Profile(p),
+                None => tandem_compiler::run::PlanSource::Default,
+            };
+            let gpu = tandem_compiler::run::gpu_for_planning(None)?;
+            let base = tandem_compiler::lower::CompileOptions::cpu(threads, "");
+            let planned = tandem_compiler::run::compile_planned(&model, &base, &source, gpu)?;
+            if let Some(note) = &planned.note {
+                eprintln!("note: {note}");
+            }
+            if let Some(r) = &planned.report {
+                print!("{}", r.table());
+            }
+            let out = output.unwrap_or_else(|| model.with_extension("tandem"));
+            std::fs::write(&out, planned.artifact.encode()?)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+            println!("compiled {} → {}", model.display(), out.display());
         }
         Task::Test => {
             let python = setup::python_env(&root)?;
