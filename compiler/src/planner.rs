@@ -669,11 +669,11 @@ mod tests {
     fn a_cheap_gpu_op_between_cpu_steps_stays_on_the_cpu_when_transitions_cost_more() {
         // GPU saves 0.5 ms on the middle op, but going there and back costs 2 × 1 ms.
         let steps = [single(1.0, 9.0), single(2.0, 1.5), single(1.0, 9.0)];
-        let sol = solve(&steps, 1.0).unwrap();
+        let sol = solve(&steps, 1.0).expect("solves");
         assert_eq!(sol.chosen, vec![0, 0, 0]);
         assert!((sol.total_ms - 4.0).abs() < 1e-12);
         // With cheap transitions the detour pays: 1 + 0.1 + 1.5 + 0.1 + 1.
-        let sol = solve(&steps, 0.1).unwrap();
+        let sol = solve(&steps, 0.1).expect("solves");
         assert_eq!(sol.chosen, vec![0, 1, 0]);
         assert!((sol.total_ms - 3.7).abs() < 1e-12);
     }
@@ -682,7 +682,7 @@ mod tests {
     fn a_split_balances_the_two_devices() {
         // CPU 1 ms/channel-block, GPU 3x slower: the optimum gives the GPU about a quarter.
         let steps = [split(64, 0.1, 0.3, 0.01)];
-        let sol = solve(&steps, 0.01).unwrap();
+        let sol = solve(&steps, 0.01).expect("solves");
         let c = steps[0].choices[sol.chosen[0]];
         assert_eq!(c.gpu_channels, 16); // CPU 4.8, GPU 4.8
         assert!((sol.total_ms - (4.8 + 0.01)).abs() < 1e-9);
@@ -704,7 +704,7 @@ mod tests {
                 })
                 .collect();
             let sync = 0.05 * (case % 4) as f64;
-            let sol = solve(&steps, sync).unwrap();
+            let sol = solve(&steps, sync).expect("solves");
             let exact = brute(&steps, sync);
             assert!(
                 (sol.total_ms - exact).abs() < 1e-9,
@@ -736,7 +736,7 @@ mod tests {
             estimated: true,
         };
         assert!(solve(&[empty], 0.0).is_err());
-        assert_eq!(solve(&[], 0.0).unwrap().chosen, Vec::<usize>::new());
+        assert_eq!(solve(&[], 0.0).expect("solves").chosen, Vec::<usize>::new());
     }
 
     #[test]
@@ -751,7 +751,7 @@ mod tests {
         assert_eq!(candidates(&fc, 0), vec![0, 8, 16, 24, 32, 36]);
         let coarse = candidates(&fc, 4);
         assert!(coarse.len() <= 4, "{coarse:?}");
-        assert_eq!((coarse[0], *coarse.last().unwrap()), (0, 36));
+        assert_eq!((coarse[0], *coarse.last().expect("candidates")), (0, 36));
         assert!(coarse.iter().all(|g| g % 8 == 0 || *g == 36));
     }
 }

@@ -187,6 +187,12 @@ fn held_out_layers(n: usize) -> Vec<Layer> {
     out
 }
 
+/// One candidate: (g, predicted CPU, predicted GPU, measured CPU, measured GPU) in ms.
+type Point = (usize, f64, f64, f64, f64);
+
+/// A named, coloured polyline.
+type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+
 /// One held-out layer's results.
 struct LayerResult {
     desc: String,
@@ -199,7 +205,7 @@ struct LayerResult {
     predicted_ms: f64,
     oracle_ms: f64,
     /// (g, predicted cpu, predicted gpu, measured cpu, measured gpu) per candidate.
-    curve: Vec<(usize, f64, f64, f64, f64)>,
+    curve: Vec<Point>,
 }
 
 fn describe(l: &Layer) -> String {
@@ -362,12 +368,7 @@ fn end_to_end(
 }
 
 /// A line chart as SVG: `series` of (label, colour, points), axes labelled.
-fn svg_lines(
-    title: &str,
-    xlabel: &str,
-    ylabel: &str,
-    series: &[(&str, &str, Vec<(f64, f64)>)],
-) -> String {
+fn svg_lines(title: &str, xlabel: &str, ylabel: &str, series: &[Series]) -> String {
     let (w, h, m) = (640.0, 400.0, 60.0);
     let all = series.iter().flat_map(|s| s.2.iter());
     let (xmax, ymax) = all.fold((1e-9f64, 1e-9f64), |(a, b), &(x, y)| (a.max(x), b.max(y)));
@@ -616,7 +617,7 @@ pub fn bench_coexec(
         .filter(|r| r.kind == "conv")
         .max_by_key(|r| r.curve.len())
     {
-        let pts = |f: &dyn Fn(&(usize, f64, f64, f64, f64)) -> f64| -> Vec<(f64, f64)> {
+        let pts = |f: &dyn Fn(&Point) -> f64| -> Vec<(f64, f64)> {
             r.curve.iter().map(|p| (p.0 as f64, f(p))).collect()
         };
         let sync = measured_sync;
