@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod ir;
 pub mod lower;
 pub mod passes;
+pub mod planner;
 pub mod predict_cli;
 pub mod run;
 pub mod tflite;

@@ -39,14 +39,57 @@ pub fn compile_file(path: &Path, options: &CompileOptions) -> Result<Artifact> {
     compile(graph, &options).with_context(|| format!("cannot compile {}", path.display()))
 }
 
+/// Name of the TFLite metadata entry that holds the plan in `--emit-tflite` output.
+pub const PLAN_METADATA: &str = "tandem_plan";
+
+/// The plan of `artifact` as the JSON stored in the [`PLAN_METADATA`] entry:
+/// `{"format": "tandem-plan/1", "threads": N, "gpu": label?, "steps": [{"name", "placement",
+/// "gpu_channels"?}, …]}` in execution order (step names carry the node index).
+pub fn plan_metadata(artifact: &Artifact) -> Vec<u8> {
+    use tandem_runtime::artifact::Placement;
+    let steps: Vec<serde_json::Value> = artifact
+        .steps
+        .iter()
+        .map(|s| match s.placement {
+            Placement::Cpu => serde_json::json!({"name": s.name, "placement": "cpu"}),
+            Placement::Gpu => serde_json::json!({"name": s.name, "placement": "gpu"}),
+            Placement::Split { gpu_channels } => serde_json::json!({
+                "name": s.name, "placement": "split", "gpu_channels": gpu_channels
+            }),
+        })
+        .collect();
+    serde_json::json!({
+        "format": "tandem-plan/1",
+        "threads": artifact.threads,
+        "gpu": artifact.gpu.as_ref().map(|g| g.label()),
+        "steps": steps,
+    })
+    .to_string()
+    .into_bytes()
+}
+
 /// Writes the graph that [`compile_file`] lowers — the `.tflite` at `path` after the passes and
 /// the depthwise refactorization `refactor` — as a `.tflite` file at `out`, which the official
-/// interpreter loads. Returns how many depthwise convolutions were rewritten.
-pub fn emit_tflite(path: &Path, refactor: RefactorDepthwise, out: &Path) -> Result<usize> {
+/// interpreter loads; with `plan`, its placements are stored as the metadata entry
+/// [`PLAN_METADATA`] (replacing one of that name). Returns how many depthwise convolutions were
+/// rewritten.
+pub fn emit_tflite(
+    path: &Path,
+    refactor: RefactorDepthwise,
+    out: &Path,
+    plan: Option<&Artifact>,
+) -> Result<usize> {
     let mut graph = read_file(path)?;
     passes::prepare(&mut graph).with_context(|| format!("cannot prepare {}", path.display()))?;
     let rewritten = passes::refactor_depthwise(&mut graph, refactor)
         .with_context(|| format!("cannot refactorize {}", path.display()))?;
+    if let Some(artifact) = plan {
+        graph.metadata.retain(|m| m.name != PLAN_METADATA);
+        graph.metadata.push(crate::ir::Metadata {
+            name: PLAN_METADATA.to_string(),
+            data: plan_metadata(artifact),
+        });
+    }
     let bytes = tflite::write_model(&graph)?;
     std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
     Ok(rewritten)
@@ -212,4 +255,159 @@ pub fn run_model(
         outputs: reports,
         latency_ms,
     })
+}
+
+/// Where a planned compilation takes its costs from.
+#[derive(Debug, Clone)]
+pub enum PlanSource {
+    /// The shipped profile of the target GPU ([`tandem_predictors::bundle::default_for`]); when
+    /// none matches (or there is no GPU), CPU only with a note.
+    Default,
+    /// This device profile's predictions.
+    Profile(PathBuf),
+    /// Measure every candidate on this machine (grid search, at most `max_candidates` per
+    /// layer; 0 for every multiple of the vector width), with `options` per point.
+    Oracle {
+        max_candidates: usize,
+        options: tandem_runtime::profile::MeasureOptions,
+    },
+}
+
+/// A compiled model with the planner's report and what the caller should know.
+pub struct Planned {
+    pub artifact: Artifact,
+    pub report: Option<crate::planner::PlanReport>,
+    /// Why the plan is not the one asked for (e.g. no profile for this GPU).
+    pub note: Option<String>,
+}
+
+/// Compiles `path` with a planned placement from `source` for `gpu` (`None`: no GPU known —
+/// the plan is CPU only, with a note). `base` gives threads, name and refactorization; its
+/// plan and GPU are replaced.
+///
+/// The oracle opens this machine's OpenCL device and pins the calling thread to core 0 and
+/// PoCL's threads to core 1 ([`tandem_runtime::profile::split_cores`]); set
+/// `POCL_MAX_PTHREAD_COUNT` before OpenCL starts for the one-core-each setting.
+pub fn compile_planned(
+    path: &Path,
+    base: &CompileOptions,
+    source: &PlanSource,
+    gpu: Option<DeviceInfo>,
+) -> Result<Planned> {
+    let cpu_only = |note: String| -> Result<Planned> {
+        let options = CompileOptions {
+            plan: Plan::CpuOnly,
+            gpu: None,
+            ..base.clone()
+        };
+        Ok(Planned {
+            artifact: compile_file(path, &options)?,
+            report: None,
+            note: Some(note),
+        })
+    };
+    let Some(gpu) = gpu else {
+        return cpu_only(
+            "no OpenCL device to plan for: every step runs on the CPU (give --gpu-device \
+             FILE.json to plan for another device)"
+                .into(),
+        );
+    };
+    let profile_path = match source {
+        PlanSource::Oracle {
+            max_candidates,
+            options,
+        } => {
+            let plain = compile_file(
+                path,
+                &CompileOptions {
+                    plan: Plan::CpuOnly,
+                    gpu: None,
+                    ..base.clone()
+                },
+            )?;
+            let profiler = tandem_runtime::profile::Profiler::open(true)
+                .context("oracle mode measures on this machine's OpenCL device")?;
+            if !profiler.device().same_device(&gpu) {
+                bail!(
+                    "oracle mode measures this machine's {}, not the requested {}",
+                    profiler.device().label(),
+                    gpu.label()
+                );
+            }
+            let mut costs = crate::planner::Measured::new(profiler, *options, *max_candidates)?;
+            let report = crate::planner::plan(
+                &plain.steps,
+                &plain.tensors,
+                &mut costs,
+                base.threads.max(1),
+            )?;
+            let options = CompileOptions {
+                plan: Plan::Steps(report.placements()),
+                gpu: Some(gpu),
+                ..base.clone()
+            };
+            return Ok(Planned {
+                artifact: compile_file(path, &options)?,
+                report: Some(report),
+                note: None,
+            });
+        }
+        PlanSource::Profile(p) => p.clone(),
+        PlanSource::Default => match tandem_predictors::bundle::default_for(&gpu) {
+            Some(p) => p,
+            None => {
+                return cpu_only(format!(
+                    "no shipped profile matches {}: every step runs on the CPU (measure one with \
+                     `tandem profile` + `tandem train` and give --profile)",
+                    gpu.label()
+                ))
+            }
+        },
+    };
+    let profile = tandem_predictors::Profile::load(&profile_path)?;
+    let name = profile_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let note = (!profile.device().same_device(&gpu)).then(|| {
+        format!(
+            "the profile {name} was measured on {}, the plan is for {}",
+            profile.device().label(),
+            gpu.label()
+        )
+    });
+    let options = CompileOptions {
+        plan: Plan::Predicted {
+            profile: std::sync::Arc::new(profile),
+            source: name,
+        },
+        gpu: Some(gpu),
+        ..base.clone()
+    };
+    let graph = read_file(path)?;
+    let mut options = options;
+    if options.model_name.is_empty() {
+        options.model_name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+    }
+    let (artifact, report) = crate::lower::compile_with_report(graph, &options)
+        .with_context(|| format!("cannot compile {}", path.display()))?;
+    Ok(Planned {
+        artifact,
+        report,
+        note,
+    })
+}
+
+/// This machine's OpenCL device, or the one described by `gpu_device`; `None` when neither.
+pub fn gpu_for_planning(gpu_device: Option<&Path>) -> Result<Option<DeviceInfo>> {
+    if gpu_device.is_some() {
+        return resolve_gpu(&Plan::GpuOnly, gpu_device);
+    }
+    Ok(tandem_runtime::gpu::device::GpuDevice::open()
+        .ok()
+        .map(|d| d.info))
 }

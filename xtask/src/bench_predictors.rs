@@ -45,39 +45,6 @@ fn layers_of(artifact: &Artifact) -> Vec<(String, Layer)> {
         .collect()
 }
 
-/// Prints the predicted best split of the first splittable layers of `artifact` (the demo).
-pub fn demo_predictions(artifact: &Artifact, shown: usize) -> Result<()> {
-    let (path, matches) = shipped_profile()?;
-    let profile = Profile::load(&path)?;
-    println!(
-        "\n== predicted CPU+GPU splits ({}{}; sync {:.1} µs)",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        if matches {
-            ", this machine's device"
-        } else {
-            ", measured on another device"
-        },
-        profile.sync_ms() * 1e3
-    );
-    println!("| layer | C | best GPU channels | CPU ms | GPU ms | split ms | CPU-only ms |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    for (name, layer) in layers_of(artifact).into_iter().take(shown) {
-        let sweep = profile.sweep(&layer, 1)?;
-        let best = sweep
-            .iter()
-            .min_by(|a, b| a.total_ms.total_cmp(&b.total_ms))
-            .context("no candidates")?;
-        let cpu_only = sweep.first().map_or(0.0, |c| c.total_ms);
-        println!(
-            "| {name} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
-            layer.cout, best.gpu_channels, best.cpu_ms, best.gpu_ms, best.total_ms, cpu_only
-        );
-    }
-    Ok(())
-}
-
 /// Times [`Profile::sweep`] on every splittable zoo layer; prints and records the result.
 pub fn bench_predictors(root: &Path, json: bool) -> Result<()> {
     let names = ["mobilenet_v2", "resnet18", "inception_v3", "vgg16"];

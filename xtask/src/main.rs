@@ -2,6 +2,7 @@
 //! outputs, the demo, the tests and fuzzing.
 
 mod bench;
+mod bench_coexec;
 mod bench_depthwise;
 mod bench_predictors;
 mod bench_sync;
@@ -46,13 +47,30 @@ enum Task {
     Refs,
     /// The main job on a bundled default model.
     Demo,
+    /// Compile a .tflite model with the planner (shipped profile of this machine's GPU, else
+    /// CPU only), print the plan table and write MODEL.tandem beside the model.
+    Compile {
+        /// The `.tflite` model.
+        model: PathBuf,
+        /// Output artifact (default: the model's path with extension `.tandem`).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Plan with this device profile instead of the shipped one.
+        #[arg(long)]
+        profile: Option<PathBuf>,
+        /// CPU threads to plan for.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
     /// Run every test (installs what they need first).
     Test,
     /// Benchmarks (`cpu`: tandem's CPU runtime against the official interpreter on the zoo;
     /// `depthwise`: diagonalwise refactorization against native depthwise on MobileNetV1/V2;
     /// `sync`: per-wait CPU–GPU synchronisation overhead, SVM polling against event waits;
     /// `gemm`: the packed-weight GEMM kernels against the `gemm` crate, GFLOP/s;
-    /// `predictors`: time to sweep every candidate split of a layer with the shipped profile).
+    /// `predictors`: time to sweep every candidate split of a layer with the shipped profile;
+    /// `coexec`: planned and grid-search splits against single devices, per layer and end to
+    /// end on resnet18, resnet34, inception_v3, vgg16; writes docs/evaluation.md).
     Bench {
         /// What to benchmark: `cpu`, `gemm`, `depthwise`, `sync` or `predictors`.
         what: String,
@@ -71,6 +89,9 @@ enum Task {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// `coexec`: held-out random layers of each kind (conv, linear).
+        #[arg(long, default_value_t = 12)]
+        layers: usize,
     },
     /// Fuzz with cargo-fuzz: the .tflite reader (read_tflite), the artifact loader and runtime
     /// (load_artifact), or both in turn (all).
@@ -96,8 +117,35 @@ fn run(task: Task) -> Result<()> {
         Task::Zoo { out, names } => zoo::write_zoo(&root.join(out), &names)?,
         Task::Refs => zoo::write_references(&root)?,
         Task::Demo => {
+            // One PoCL thread (the shipped profile's setting); before OpenCL starts.
+            // SAFETY: no other thread exists yet in this process.
+            unsafe { tandem_runtime::profile::limit_pocl_threads() };
             setup::opencl()?;
             zoo::demo(&root)?
+        }
+        Task::Compile {
+            model,
+            output,
+            profile,
+            threads,
+        } => {
+            let source = match profile {
+                Some(p) => tandem_compiler::run::PlanSource::Profile(p),
+                None => tandem_compiler::run::PlanSource::Default,
+            };
+            let gpu = tandem_compiler::run::gpu_for_planning(None)?;
+            let base = tandem_compiler::lower::CompileOptions::cpu(threads, "");
+            let planned = tandem_compiler::run::compile_planned(&model, &base, &source, gpu)?;
+            if let Some(note) = &planned.note {
+                eprintln!("note: {note}");
+            }
+            if let Some(r) = &planned.report {
+                print!("{}", r.table());
+            }
+            let out = output.unwrap_or_else(|| model.with_extension("tandem"));
+            std::fs::write(&out, planned.artifact.encode()?)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+            println!("compiled {} → {}", model.display(), out.display());
         }
         Task::Test => {
             let python = setup::python_env(&root)?;
@@ -123,18 +171,30 @@ fn run(task: Task) -> Result<()> {
             rounds,
             runs,
             json,
+            layers,
         } => {
             match what.as_str() {
                 "cpu" => {}
                 "gemm" => return bench::bench_gemm(10 * rounds),
                 "depthwise" => return bench_depthwise::bench_depthwise(&root, rounds, runs, json),
                 "predictors" => return bench_predictors::bench_predictors(&root, json),
+                "coexec" => {
+                    setup::opencl()?;
+                    let models = if models.is_empty() {
+                        ["resnet18", "resnet34", "inception_v3", "vgg16"]
+                            .map(String::from)
+                            .to_vec()
+                    } else {
+                        models
+                    };
+                    return bench_coexec::bench_coexec(&root, &models, layers, rounds, json);
+                }
                 "sync" => {
                     setup::opencl()?;
                     return bench_sync::bench_sync(&root, rounds.max(3) * runs.max(1) * 4, json);
                 }
                 _ => anyhow::bail!(
-                    "unknown benchmark '{what}'; available: cpu, gemm, depthwise, sync, predictors"
+                    "unknown benchmark '{what}'; available: cpu, gemm, depthwise, sync, predictors, coexec"
                 ),
             }
             let models = if models.is_empty() {

@@ -111,7 +111,9 @@ pub const FLOAT_FIXTURES: [&str; 4] = [
 ];
 
 /// The main job on the bundled default (MobileNetV2): build it, inspect it, compile it, run it on
-/// the CPU and in the official interpreter on the same seeded input, and compare.
+/// the CPU and in the official interpreter on the same seeded input, and compare; then compile
+/// it with the shipped profile's plan, run CPU only, GPU only and the plan, check that their
+/// outputs agree and print the plan table and the measured latencies.
 pub fn demo(root: &Path) -> Result<()> {
     let python = python_env(root)?;
     let model =
@@ -132,7 +134,6 @@ pub fn demo(root: &Path) -> Result<()> {
         artifact.steps.len(),
         artifact.arena_bytes as f64 / 1e6
     );
-    crate::bench_predictors::demo_predictions(&artifact, 8)?;
 
     let loaded = tandem_runtime::session::Model::load_file(&artifact_path)?;
     let inputs = tandem_models::inputs::seeded_inputs(&graph, tandem_models::SEED);
@@ -182,5 +183,7 @@ pub fn demo(root: &Path) -> Result<()> {
     if err > 1e-4 {
         bail!("the CPU result differs from the official interpreter by {err:e}");
     }
+    println!("\n== co-execution: CPU only, GPU only and the planned split");
+    crate::bench_coexec::demo_coexec(&path, &inputs, 5)?;
     Ok(())
 }

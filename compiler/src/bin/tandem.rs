@@ -56,9 +56,12 @@ enum Command {
         #[arg(long, default_value = "auto")]
         refactor_depthwise: RefactorDepthwise,
         /// Also write the graph that gets compiled (after the passes and the refactorization) as
-        /// a .tflite file.
+        /// a .tflite file, with the plan stored as metadata entry `tandem_plan`.
         #[arg(long, value_name = "OUT.tflite")]
         emit_tflite: Option<PathBuf>,
+        /// Write the plan (every step, its split and predicted costs, totals) as JSON.
+        #[arg(long, value_name = "R.json")]
+        report_json: Option<PathBuf>,
     },
     /// Run a .tandem artifact (or a .tflite model, compiled in memory) on .npy inputs.
     Run {
@@ -90,13 +93,25 @@ enum Command {
     },
 }
 
-/// Which device runs each operator (hand-made plans; the predicted plan comes with the
-/// planner). Without a flag every operator runs on the CPU.
+/// Which device runs each operator. Without a flag, `compile` plans with the shipped profile of
+/// the GPU (CPU only, with a note, when none matches) and `run` of a .tflite runs on the CPU.
 #[derive(clap::Args, Clone, Debug)]
 struct PlanArgs {
     /// Every operator on the CPU.
-    #[arg(long, conflicts_with_all = ["gpu_only", "split_fraction", "split"])]
+    #[arg(long, conflicts_with_all = ["gpu_only", "split_fraction", "split", "profile", "oracle"])]
     cpu_only: bool,
+    /// Plan with this device profile's predictions (default: the shipped profile of the GPU).
+    #[arg(long, value_name = "P.profile", conflicts_with_all = ["gpu_only", "split_fraction", "split", "oracle"])]
+    profile: Option<PathBuf>,
+    /// Plan from measurements of every candidate split on this machine (grid search) instead
+    /// of predictions. Sets POCL_MAX_PTHREAD_COUNT=1 when unset and pins the CPU side to core 0
+    /// and PoCL to core 1 (the one-core-each setting).
+    #[arg(long, conflicts_with_all = ["gpu_only", "split_fraction", "split"])]
+    oracle: bool,
+    /// Oracle mode: at most this many candidates per layer (0: every multiple of the GPU
+    /// kernel's vector width).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    oracle_candidates: usize,
     /// Every operator on the GPU.
     #[arg(long, conflicts_with_all = ["split_fraction", "split"])]
     gpu_only: bool,
@@ -114,6 +129,23 @@ struct PlanArgs {
 }
 
 impl PlanArgs {
+    /// The planner's source when no hand-made plan flag is given.
+    fn source(&self) -> Option<runner::PlanSource> {
+        if self.cpu_only || self.gpu_only || self.split_fraction.is_some() || self.split.is_some() {
+            return None;
+        }
+        Some(if self.oracle {
+            runner::PlanSource::Oracle {
+                max_candidates: self.oracle_candidates,
+                options: Default::default(),
+            }
+        } else if let Some(p) = &self.profile {
+            runner::PlanSource::Profile(p.clone())
+        } else {
+            runner::PlanSource::Default
+        })
+    }
+
     fn plan(&self) -> Result<Plan> {
         Ok(if self.gpu_only {
             Plan::GpuOnly
@@ -205,24 +237,57 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             refactor_depthwise,
             emit_tflite,
+            report_json,
         } => {
-            let p = plan.plan()?;
-            let gpu = runner::resolve_gpu(&p, plan.gpu_device.as_deref())?;
-            if let Some(out) = &emit_tflite {
-                let rewritten = runner::emit_tflite(&model, refactor_depthwise, out)?;
-                println!(
-                    "wrote {} ({rewritten} depthwise convolutions refactorized)",
-                    out.display()
-                );
-            }
-            let options = CompileOptions {
+            let base = CompileOptions {
                 threads,
-                plan: p,
-                gpu,
                 refactor_depthwise,
                 ..Default::default()
             };
-            let artifact = runner::compile_file(&model, &options)?;
+            let (artifact, report) = match plan.source() {
+                Some(source) => {
+                    if matches!(source, runner::PlanSource::Oracle { .. })
+                        && std::env::var_os("POCL_MAX_PTHREAD_COUNT").is_none()
+                    {
+                        // SAFETY: no other thread exists yet; OpenCL has not started.
+                        unsafe { tandem_runtime::profile::limit_pocl_threads() };
+                    }
+                    let gpu = runner::gpu_for_planning(plan.gpu_device.as_deref())?;
+                    let planned = runner::compile_planned(&model, &base, &source, gpu)?;
+                    if let Some(note) = &planned.note {
+                        eprintln!("note: {note}");
+                    }
+                    if let Some(r) = &planned.report {
+                        print!("{}", r.table());
+                    }
+                    (planned.artifact, planned.report)
+                }
+                None => {
+                    let p = plan.plan()?;
+                    let gpu = runner::resolve_gpu(&p, plan.gpu_device.as_deref())?;
+                    let options = CompileOptions {
+                        plan: p,
+                        gpu,
+                        ..base
+                    };
+                    (runner::compile_file(&model, &options)?, None)
+                }
+            };
+            if let Some(path) = &report_json {
+                let text = serde_json::to_string_pretty(&report)?;
+                std::fs::write(path, text + "\n")
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            if let Some(out) = &emit_tflite {
+                let rewritten =
+                    runner::emit_tflite(&model, refactor_depthwise, out, Some(&artifact))?;
+                println!(
+                    "wrote {} ({rewritten} depthwise convolutions refactorized, plan as metadata \
+                     '{}')",
+                    out.display(),
+                    runner::PLAN_METADATA
+                );
+            }
             let output = output.unwrap_or_else(|| model.with_extension("tandem"));
             let bytes = artifact.encode()?;
             std::fs::write(&output, &bytes)
@@ -247,6 +312,12 @@ fn run(cli: Cli) -> Result<()> {
             exec,
             refactor_depthwise,
         } => {
+            if plan.profile.is_some() || plan.oracle {
+                anyhow::bail!(
+                    "run takes hand-made plans only; plan with `tandem compile` (--profile, \
+                     --oracle) and run the .tandem it writes"
+                );
+            }
             let p = plan.plan()?;
             let is_tflite = model.extension().is_some_and(|e| e == "tflite");
             let gpu = if is_tflite {

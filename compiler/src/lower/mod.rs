@@ -57,7 +57,16 @@ impl CompileOptions {
 
 /// Prepares (passes, then the depthwise refactorization the options ask for) and lowers `graph`
 /// into an artifact that runs on the CPU.
-pub fn compile(mut graph: Graph, options: &CompileOptions) -> Result<Artifact> {
+pub fn compile(graph: Graph, options: &CompileOptions) -> Result<Artifact> {
+    Ok(compile_with_report(graph, options)?.0)
+}
+
+/// [`compile`], also returning the planner's report when `options.plan` is
+/// [`Plan::Predicted`].
+pub fn compile_with_report(
+    mut graph: Graph,
+    options: &CompileOptions,
+) -> Result<(Artifact, Option<crate::planner::PlanReport>)> {
     passes::prepare(&mut graph)?;
     passes::refactor_depthwise(&mut graph, options.refactor_depthwise)?;
     reject_quantized(&graph)?;
@@ -108,6 +117,8 @@ struct Lowering<'g> {
     step_nodes: Vec<NodeIndex>,
     /// The node being lowered.
     current: NodeIndex,
+    /// The planner's report, when the plan came from it.
+    report: Option<crate::planner::PlanReport>,
 }
 
 fn activation(a: IrActivation) -> Result<Activation> {
@@ -136,6 +147,7 @@ impl<'g> Lowering<'g> {
             steps: Vec::new(),
             step_nodes: Vec::new(),
             current: NodeIndex::end(),
+            report: None,
         }
     }
 
@@ -228,7 +240,10 @@ impl<'g> Lowering<'g> {
             .with_context(|| format!("weights '{}' must be a constant FLOAT32 tensor", t.name))
     }
 
-    fn run(mut self, options: &CompileOptions) -> Result<Artifact> {
+    fn run(
+        mut self,
+        options: &CompileOptions,
+    ) -> Result<(Artifact, Option<crate::planner::PlanReport>)> {
         let graph = self.graph;
         for node in graph.execution_order()? {
             let n = &graph.dag[node];
@@ -257,6 +272,7 @@ impl<'g> Lowering<'g> {
         self.place(options)?;
         let arena_bytes = self.plan_memory(&inputs, &outputs);
         let uses_gpu = self.steps.iter().any(|s| s.placement.uses_gpu());
+        let report = self.report.take();
         let artifact = Artifact {
             producer: format!("tandem {}", env!("CARGO_PKG_VERSION")),
             model: options.model_name.clone(),
@@ -273,7 +289,7 @@ impl<'g> Lowering<'g> {
         artifact
             .validate()
             .map_err(|e| anyhow!("internal error: the compiled artifact is invalid: {e}"))?;
-        Ok(artifact)
+        Ok((artifact, report))
     }
 
     fn plan_memory(&mut self, inputs: &[usize], outputs: &[usize]) -> usize {

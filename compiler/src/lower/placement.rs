@@ -3,12 +3,14 @@
 
 use super::Lowering;
 use anyhow::{anyhow, bail, ensure, Context, Result};
+use std::sync::Arc;
+use tandem_predictors::Profile;
 use tandem_runtime::artifact::{Kernel, Placement, Storage};
 use tandem_runtime::gpu::dispatch::{vector_width, GpuOp};
 use tandem_runtime::gpu::launch::{decide, split_channels};
 use tandem_runtime::gpu::layout::gpu_constants;
 
-/// A hand-made plan (the predicted plan of the planner comes later).
+/// Which device runs each step: hand-made plans, or the planner's ([`crate::planner`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Plan {
     /// Every step on the CPU.
@@ -22,6 +24,15 @@ pub enum Plan {
     /// `(node, GPU channels)` for single nodes (node index as in `tandem inspect`); every other
     /// step runs on the CPU.
     Nodes(Vec<(usize, usize)>),
+    /// The planner's plan from a device profile's predictions (`source` names the profile in
+    /// reports).
+    Predicted {
+        profile: Arc<Profile>,
+        source: String,
+    },
+    /// One placement per lowered step, in execution order (a plan made earlier, e.g. by the
+    /// planner in oracle mode over a CPU-only compilation of the same model and options).
+    Steps(Vec<Placement>),
 }
 
 impl Plan {
@@ -78,6 +89,33 @@ impl Lowering<'_> {
             .gpu
             .clone()
             .context("a plan that uses the GPU needs the GPU's description")?;
+        let planned: Option<Vec<Placement>> = match &options.plan {
+            Plan::Predicted { profile, source } => {
+                let mut costs = crate::planner::Predicted {
+                    profile,
+                    source: source.clone(),
+                };
+                let report = crate::planner::plan(
+                    &self.steps,
+                    &self.tensors,
+                    &mut costs,
+                    options.threads.max(1),
+                )?;
+                let placements = report.placements();
+                self.report = Some(report);
+                Some(placements)
+            }
+            Plan::Steps(p) => {
+                ensure!(
+                    p.len() == self.steps.len(),
+                    "the plan places {} steps, the model lowers to {}",
+                    p.len(),
+                    self.steps.len()
+                );
+                Some(p.clone())
+            }
+            _ => None,
+        };
         if let Plan::Nodes(nodes) = &options.plan {
             for (node, _) in nodes {
                 ensure!(
@@ -91,6 +129,19 @@ impl Lowering<'_> {
             let channels = split_channels(kernel);
             let node = self.step_nodes[s];
             let placement = match &options.plan {
+                Plan::Predicted { .. } | Plan::Steps(_) => {
+                    let p = planned.as_ref().map_or(Placement::Cpu, |p| p[s]);
+                    if let (Placement::Split { gpu_channels }, Some(c)) = (p, channels) {
+                        ensure!(
+                            gpu_channels > 0 && gpu_channels < c,
+                            "{}: a split of {gpu_channels} GPU channels out of {c}",
+                            self.steps[s].name
+                        );
+                    } else if let (Placement::Split { .. }, None) = (p, channels) {
+                        bail!("{} cannot be split by channel", self.steps[s].name);
+                    }
+                    p
+                }
                 Plan::CpuOnly => Placement::Cpu,
                 Plan::GpuOnly => Placement::Gpu,
                 Plan::SplitFraction(f) => match channels {
