@@ -17,6 +17,7 @@
 
 use crate::bench::write_section;
 use anyhow::{bail, Context, Result};
+use plotters::prelude::*;
 use std::path::Path;
 use std::time::Instant;
 use tandem_compiler::lower::{CompileOptions, Plan};
@@ -367,101 +368,102 @@ fn end_to_end(
     })
 }
 
-/// A line chart as SVG: `series` of (label, colour, points), axes labelled.
-fn svg_lines(title: &str, xlabel: &str, ylabel: &str, series: &[Series]) -> String {
-    let (w, h, m) = (640.0, 400.0, 60.0);
-    let all = series.iter().flat_map(|s| s.2.iter());
-    let (xmax, ymax) = all.fold((1e-9f64, 1e-9f64), |(a, b), &(x, y)| (a.max(x), b.max(y)));
-    let px = |x: f64| m + x / xmax * (w - 2.0 * m);
-    let py = |y: f64| h - m - y / ymax * (h - 2.0 * m);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{title}</text>\n\
-         <line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n\
-         <line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>\n\
-         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{xlabel}</text>\n\
-         <text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">{ylabel}</text>\n",
-        w / 2.0,
-        h - m,
-        w - m,
-        h - m,
-        h - m,
-        w / 2.0,
-        h - 15.0,
-        h / 2.0,
-        h / 2.0
-    );
-    for i in 0..=4 {
-        let (x, y) = (xmax * i as f64 / 4.0, ymax * i as f64 / 4.0);
-        s.push_str(&format!(
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{x:.0}</text>\n\
-             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{y:.3}</text>\n",
-            px(x),
-            h - m + 16.0,
-            m - 4.0,
-            py(y) + 4.0
-        ));
-    }
-    for (k, (label, colour, pts)) in series.iter().enumerate() {
-        let path: Vec<String> = pts
-            .iter()
-            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
-            .collect();
-        s.push_str(&format!(
-            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\"/>\n\
-             <text x=\"{}\" y=\"{}\" fill=\"{colour}\">{label}</text>\n",
-            path.join(" "),
-            w - m - 150.0,
-            m + 16.0 * k as f64
-        ));
-    }
-    s.push_str("</svg>\n");
-    s
+/// `#rrggbb` as a plotters colour (black if malformed).
+fn colour(hex: &str) -> RGBColor {
+    let c = |i: usize| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("00"), 16).unwrap_or(0);
+    RGBColor(c(1), c(3), c(5))
 }
 
-/// A scatter of predicted against measured (ms), log axes, with the diagonal.
-fn svg_scatter(title: &str, points: &[(f64, f64)]) -> String {
-    let (w, m) = (480.0, 60.0);
+fn plot_error(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("drawing a plot: {e}")
+}
+
+/// A line chart as SVG (plotters): `series` of (label, `#rrggbb` colour, points), with axes,
+/// labels and a legend.
+fn svg_lines(title: &str, xlabel: &str, ylabel: &str, series: &[Series]) -> Result<String> {
+    let all = series.iter().flat_map(|s| s.2.iter());
+    let (xmax, ymax) = all.fold((1e-9f64, 1e-9f64), |(a, b), &(x, y)| (a.max(x), b.max(y)));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (720, 440)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_error)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..xmax * 1.02, 0f64..ymax * 1.05)
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc(xlabel)
+            .y_desc(ylabel)
+            .draw()
+            .map_err(plot_error)?;
+        for (label, hex, points) in series {
+            let c = colour(hex);
+            chart
+                .draw_series(LineSeries::new(points.iter().copied(), c.stroke_width(2)))
+                .map_err(plot_error)?
+                .label(*label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(plot_error)?;
+        root.present().map_err(plot_error)?;
+    }
+    Ok(svg)
+}
+
+/// A scatter of predicted against measured (ms) on log axes, with the diagonal, as SVG
+/// (plotters).
+fn svg_scatter(title: &str, points: &[(f64, f64)]) -> Result<String> {
     let (lo, hi) = points.iter().fold((f64::MAX, f64::MIN), |(a, b), &(p, q)| {
         (a.min(p).min(q), b.max(p).max(q))
     });
-    let (lo, hi) = (lo.max(1e-4).log10().floor(), hi.max(1e-3).log10().ceil());
-    let pos = |v: f64| m + (v.max(1e-4).log10() - lo) / (hi - lo).max(1e-9) * (w - 2.0 * m);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{w}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{title}</text>\n\
-         <line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{m}\" stroke=\"grey\" stroke-dasharray=\"4\"/>\n\
-         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">measured (ms, log)</text>\n\
-         <text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">predicted (ms, log)</text>\n",
-        w / 2.0,
-        w - m,
-        w - m,
-        w / 2.0,
-        w - 15.0,
-        w / 2.0,
-        w / 2.0
-    );
-    for e in lo as i32..=hi as i32 {
-        let v = 10f64.powi(e);
-        s.push_str(&format!(
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{v}</text>\n<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{v}</text>\n",
-            pos(v),
-            w - m + 16.0,
-            m - 4.0,
-            w - pos(v) + 4.0
-        ));
+    let (lo, hi) = (lo.max(1e-4) / 1.5, hi.max(1e-3) * 1.5);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (520, 520)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_error)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d((lo..hi).log_scale(), (lo..hi).log_scale())
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("measured (ms)")
+            .y_desc("predicted (ms)")
+            .draw()
+            .map_err(plot_error)?;
+        chart
+            .draw_series(LineSeries::new(
+                [(lo, lo), (hi, hi)],
+                ShapeStyle::from(&RGBColor(128, 128, 128)).stroke_width(1),
+            ))
+            .map_err(plot_error)?;
+        chart
+            .draw_series(points.iter().map(|&(m, p)| {
+                Circle::new(
+                    (m.max(lo), p.max(lo)),
+                    2,
+                    colour("#4682b4").mix(0.6).filled(),
+                )
+            }))
+            .map_err(plot_error)?;
+        root.present().map_err(plot_error)?;
     }
-    for &(meas, pred) in points {
-        s.push_str(&format!(
-            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2\" fill=\"steelblue\" fill-opacity=\"0.6\"/>\n",
-            pos(meas),
-            w - pos(pred)
-        ));
-    }
-    s.push_str("</svg>\n");
-    s
+    Ok(svg)
 }
 
 /// Runs the benchmark and writes its section of `docs/evaluation.md` (plots in
@@ -639,7 +641,7 @@ pub fn bench_coexec(
                 ("co-executed max+sync", "#2ca02c", co),
                 ("GPU part (predicted)", "#ff9896", pts(&|p| p.2)),
             ],
-        );
+        )?;
         std::fs::write(figures.join("coexec_layer.svg"), svg)?;
     }
     let scatter: Vec<(f64, f64)> = results
@@ -659,7 +661,7 @@ pub fn bench_coexec(
         .collect();
     std::fs::write(
         figures.join("coexec_predicted_vs_measured.svg"),
-        svg_scatter("predicted against measured (CPU and GPU parts)", &scatter),
+        svg_scatter("predicted against measured (CPU and GPU parts)", &scatter)?,
     )?;
     body.push_str(
         "\n### Plots\n\n![one layer's CPU, GPU and co-executed latency against the GPU channel \

@@ -14,6 +14,7 @@
 use crate::bench::write_section;
 use anyhow::{Context, Result};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tandem_compiler::ir::{Activation, Graph};
 use tandem_compiler::lower::{compile, CompileOptions, Plan};
@@ -21,13 +22,12 @@ use tandem_models::inputs::seeded_inputs;
 use tandem_models::net::Net;
 use tandem_runtime::artifact::Artifact;
 use tandem_runtime::gpu::device::{DeviceInfo, GpuDevice};
+use tandem_runtime::gpu::launch::split_channels;
 use tandem_runtime::gpu::launch::GpuBackend;
 use tandem_runtime::gpu::memory::{Flags, ABORT, CPU_DONE, GPU_DONE, STATUS};
-use tandem_runtime::sync::spin_until;
-use std::sync::atomic::Ordering;
-use tandem_runtime::gpu::launch::split_channels;
 use tandem_runtime::npy::NpyArray;
 use tandem_runtime::session::{Model, Session, SessionOptions, SyncMode};
+use tandem_runtime::sync::spin_until;
 
 const LAYERS: usize = 48;
 

@@ -5,9 +5,9 @@
 //! calling thread plus `threads - 1` workers use `threads` cores.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// A task body: called once per task index, from any thread of the pool.
 type Task<'a> = dyn Fn(usize) + Sync + 'a;
