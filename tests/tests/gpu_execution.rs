@@ -218,13 +218,13 @@ fn faults_give_clear_errors_and_fall_back_to_the_cpu() {
     let cases = [
         (Fault::KernelBuild, "building GPU kernels"),
         (Fault::DeviceErrorAt(3), "step 3"),
-        (Fault::HangAt(3), "deadline of 300 ms"),
+        (Fault::HangAt(3), "deadline of 2000 ms"),
     ];
     for (fault, expected) in cases {
         for sync in [SyncMode::Polling, SyncMode::EventWait] {
             let options = SessionOptions {
                 sync,
-                ..faulty(fault, false, 300)
+                ..faulty(fault, false, 2000)
             };
             let err = Session::with_options(&model, options)
                 .expect("session")
@@ -234,7 +234,7 @@ fn faults_give_clear_errors_and_fall_back_to_the_cpu() {
             assert!(err.contains(expected), "{fault:?} {sync:?}: {err}");
             let options = SessionOptions {
                 sync,
-                ..faulty(fault, true, 300)
+                ..faulty(fault, true, 2000)
             };
             let mut session = Session::with_options(&model, options).expect("session");
             assert_close(
