@@ -493,10 +493,9 @@ impl GpuBackend {
             s.tensor(a, t, arena)
         };
         let out_desc: &TensorDesc = &a.tensors[step.outputs[0]];
-        let out_shape = out_desc.shape.clone();
+        let out_shape = out_desc.shape.as_slice();
         let total = out_desc.elements();
-        let info = self.dev.info.clone();
-        let d = decide(&step.kernel, range.clone(), &info);
+        let d = decide(&step.kernel, range.clone(), &self.dev.info);
         let (c0, c1) = (range.start, range.end);
         let one = |d: Dispatch| (d.grid, Some(d.work_group));
         match &step.kernel {
@@ -950,12 +949,11 @@ impl GpuBackend {
             tw: tw as i32,
         };
         let opts = format!("-DBT={} -DBC={}", d.block[0], d.block[2]);
-        let info = self.dev.info.clone();
-        let shape = |items: [usize; 3]| {
-            let x = super::dispatch::launch_shape(items, 16, &info);
+        let shape = |items: [usize; 3], info: &super::device::DeviceInfo| {
+            let x = super::dispatch::launch_shape(items, 16, info);
             (x.0, Some(x.1))
         };
-        let (gi, li) = shape([tw, n * th, p.input[3]]);
+        let (gi, li) = shape([tw, n * th, p.input[3]], &self.dev.info);
         self.enqueue(
             "winograd",
             &opts,
@@ -983,7 +981,7 @@ impl GpuBackend {
             Some(d.work_group),
         )?;
         let blocks = c1.saturating_sub(d.c_start).div_ceil(d.block[2]);
-        let (go, lo) = shape([tw, n * th, blocks]);
+        let (go, lo) = shape([tw, n * th, blocks], &self.dev.info);
         self.enqueue(
             "winograd",
             &opts,
