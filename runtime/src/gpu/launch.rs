@@ -683,7 +683,7 @@ impl GpuBackend {
                     arena,
                     op,
                     *activation,
-                    &out_shape,
+                    out_shape,
                     shape(0),
                     shape(1),
                 )
@@ -694,7 +694,7 @@ impl GpuBackend {
                 arena,
                 4,
                 Activation::None,
-                &out_shape,
+                out_shape,
                 shape(0),
                 shape(1),
             ),
@@ -805,7 +805,7 @@ impl GpuBackend {
                 self.elementwise("pool", name, &args, total)
             }
             Kernel::Concat { axis } => {
-                let out_strides = strides(&out_shape);
+                let out_strides = strides(out_shape);
                 let mut last = None;
                 let mut at = 0;
                 for i in 0..ops.len() {
@@ -827,7 +827,7 @@ impl GpuBackend {
             | Kernel::Pad { .. }
             | Kernel::DepthToSpace { .. }
             | Kernel::SpaceToDepth { .. } => {
-                let (view, src_shift, value) = layout_view(&step.kernel, shape(0), &out_shape)?;
+                let (view, src_shift, value) = layout_view(&step.kernel, shape(0), out_shape)?;
                 let (src, src_off) = x(self, 0)?;
                 let src_off = shift(src_off, src_shift);
                 let (dst, dst_off) = self.tensor(a, step.outputs[0], arena)?;
