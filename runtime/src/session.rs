@@ -179,6 +179,8 @@ impl Default for SessionOptions {
 
 /// The GPU half of a session.
 struct GpuState {
+    /// Declared before `flags`: its thread is joined before the flags it writes are freed.
+    watchdog: Option<Watchdog>,
     backend: GpuBackend,
     /// Fine-grained SVM flags (polling, watchdog); `None` without fine-grained SVM.
     flags: Option<Flags>,
@@ -329,6 +331,7 @@ impl<'m> Session<'m> {
         }
         Ok((
             GpuState {
+                watchdog: flags.as_ref().map(Watchdog::start),
                 backend,
                 flags,
                 deps: crate::sync::dependencies(a),
@@ -686,32 +689,16 @@ impl<'m> Session<'m> {
     /// `clWaitForEvents`, with a watchdog that raises the abort flag (releasing any spinning
     /// kernel) when the deadline passes.
     fn blocking_wait(&self, ev: &Event, deadline: Duration) -> Result<(), GpuError> {
-        let flags = self.mem.gpu.as_ref().and_then(|g| g.flags.as_ref());
-        let Some(flags) = flags else {
+        let Some(watchdog) = self.mem.gpu.as_ref().and_then(|g| g.watchdog.as_ref()) else {
+            // Without fine-grained SVM there are no flags to release a kernel with.
             return ev
                 .wait()
                 .map_err(|e| GpuError::Device(format!("waiting for a GPU step: {e}")));
         };
-        let fired = std::sync::atomic::AtomicBool::new(false);
-        let done = std::sync::atomic::AtomicBool::new(false);
-        let result = std::thread::scope(|scope| {
-            let watchdog = scope.spawn(|| {
-                let end = Instant::now() + deadline;
-                while !done.load(Ordering::Acquire) {
-                    if Instant::now() >= end {
-                        fired.store(true, Ordering::Release);
-                        flags.word(memory::ABORT).store(1, Ordering::Release);
-                        return;
-                    }
-                    std::thread::park_timeout(Duration::from_millis(1));
-                }
-            });
-            let r = ev.wait();
-            done.store(true, Ordering::Release);
-            watchdog.thread().unpark();
-            r
-        });
-        if fired.load(Ordering::Acquire) {
+        watchdog.arm(Instant::now() + deadline);
+        let result = ev.wait();
+        let fired = watchdog.disarm();
+        if fired {
             return Err(GpuError::Deadline {
                 deadline_ms: deadline.as_millis() as u64,
                 waiting: "waiting for a GPU event".into(),
@@ -1132,5 +1119,96 @@ fn spin_error(e: SpinError, deadline: Duration, waited_for: &str, flags: &Flags)
             waiting: "a GPU kernel polled the CPU's flag too long".into(),
         },
         SpinError::Aborted => GpuError::Device("the GPU side aborted the run".into()),
+    }
+}
+
+/// A thread per GPU session that raises the abort flag when an armed deadline passes (releasing
+/// any spinning kernel, so that a blocking event wait returns). Arming and disarming cost a lock
+/// and a notification, not a thread.
+struct Watchdog {
+    shared: std::sync::Arc<(std::sync::Mutex<WatchState>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct WatchState {
+    deadline: Option<Instant>,
+    fired: bool,
+    shutdown: bool,
+}
+
+/// The abort word's address, sent to the watchdog thread; the `GpuState` field order keeps the
+/// flags alive until the thread is joined.
+struct AbortWord(*const std::sync::atomic::AtomicI32);
+
+// SAFETY: an atomic in fine-grained SVM, valid while the watchdog runs (see above).
+unsafe impl Send for AbortWord {}
+
+impl Watchdog {
+    fn start(flags: &Flags) -> Watchdog {
+        let shared = std::sync::Arc::new((
+            std::sync::Mutex::new(WatchState::default()),
+            std::sync::Condvar::new(),
+        ));
+        let word = AbortWord(flags.word(memory::ABORT));
+        let theirs = std::sync::Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("tandem-gpu-watchdog".into())
+            .spawn(move || {
+                let word = word;
+                let (lock, cv) = &*theirs;
+                let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if state.shutdown {
+                        return;
+                    }
+                    state = match state.deadline {
+                        None => cv.wait(state).unwrap_or_else(|e| e.into_inner()),
+                        Some(d) if Instant::now() >= d => {
+                            // SAFETY: see `AbortWord`.
+                            unsafe { &*word.0 }.store(1, Ordering::Release);
+                            state.fired = true;
+                            state.deadline = None;
+                            state
+                        }
+                        Some(d) => {
+                            let wait = d.saturating_duration_since(Instant::now());
+                            cv.wait_timeout(state, wait)
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0
+                        }
+                    };
+                }
+            })
+            .ok();
+        Watchdog { shared, thread }
+        // (If the thread cannot be spawned, waits run without a deadline, as without SVM.)
+    }
+
+    fn arm(&self, deadline: Instant) {
+        let (lock, cv) = &*self.shared;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        state.deadline = Some(deadline);
+        state.fired = false;
+        cv.notify_one();
+    }
+
+    /// Disarms; returns whether the deadline passed (and the abort flag was raised).
+    fn disarm(&self) -> bool {
+        let (lock, _) = &*self.shared;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        state.deadline = None;
+        std::mem::take(&mut state.fired)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.shared;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).shutdown = true;
+        cv.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
