@@ -243,8 +243,8 @@ pub fn bench_sync(root: &Path, rounds: usize, json: bool) -> Result<()> {
         body.push_str(&format!("| {k} | {p:.1} | {e:.1} |\n"));
     }
     body.push_str(
-        "\nIn the chains, polling's overhead is within noise of zero or below it: the GPU's next \
-         kernel is already queued behind its wait kernel and starts the moment the CPU's flag \
+        "\nIn the chains, polling's overhead is a few µs at most and can come out below zero: the GPU's \
+         next kernel is already queued behind its wait kernel and starts the moment the CPU's flag \
          flips, hiding part of the launch cost that the all-GPU chain pays. Event waits pay a \
          host round trip per transition.\n",
     );
