@@ -50,6 +50,10 @@ pub struct ProfileArgs {
     /// Timed repetitions per point at least (after 2 warm-up runs; more for short points).
     #[arg(long, default_value_t = 7)]
     pub reps: usize,
+    /// Timed work to aim for per point, in milliseconds: short points repeat (up to 41 runs)
+    /// until they reach it.
+    #[arg(long, default_value_t = 60.0)]
+    pub target_ms: f64,
     /// Leave thread placement alone instead of the one-core-each setting (PoCL limited to one
     /// thread on core 1, the CPU side on core 0).
     #[arg(long)]
@@ -218,6 +222,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         limits,
         measure: MeasureOptions {
             min_reps: args.reps.max(1),
+            target_ms: args.target_ms.max(0.0),
             ..MeasureOptions::default()
         },
         setting,

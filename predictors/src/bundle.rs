@@ -13,7 +13,7 @@ use tandem_runtime::gpu::device::DeviceInfo;
 use tandem_runtime::gpu::dispatch::vector_width;
 
 /// The format tag of profiles this version reads and writes.
-pub const FORMAT: &str = "tandem-profile/1";
+pub const FORMAT: &str = "tandem-profile/2";
 
 /// Accuracy of one executor's predictor on held-out data.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -171,19 +171,27 @@ impl Layer {
         }
     }
 
+    /// The length of each output channel's dot product (the GEMM's K on the CPU).
+    fn reduction(&self) -> usize {
+        match self.op {
+            OpKind::Conv => self.kh * self.kw * self.cin,
+            OpKind::Depthwise => self.kh * self.kw,
+            OpKind::Linear => self.cin,
+        }
+    }
+
     /// The op features of computing `channels` of the output channels: geometry, FLOPs and
-    /// bytes moved (input read once, the part's weights, the part's output).
+    /// bytes moved (input read once, the part's weights, the part's output), and what makes
+    /// the kernels' cost jump rather than grow: the channel count's remainder against the
+    /// CPU's 8- and 16-lane vectors, and whether the part is the whole layer.
     fn op_features(&self, channels: usize) -> Vec<f64> {
         let c = channels as f64;
         let flops = 2.0 * self.macs_per_channel() * c;
-        let input = (self.n * self.h * self.w * self.cin) as f64;
-        let weights_per_channel = match self.op {
-            OpKind::Conv => (self.kh * self.kw * self.cin) as f64,
-            OpKind::Depthwise => (self.kh * self.kw) as f64,
-            OpKind::Linear => self.cin as f64,
-        };
-        let output = (self.n * self.oh * self.ow) as f64 * c;
-        let bytes = 4.0 * (input + weights_per_channel * c + output);
+        let pixels = (self.n * self.oh * self.ow) as f64;
+        let input = 4.0 * (self.n * self.h * self.w * self.cin) as f64;
+        let weights = 4.0 * self.reduction() as f64 * c;
+        let output = 4.0 * pixels * c;
+        let bytes = input + weights + output;
         vec![
             self.n as f64,
             self.h as f64,
@@ -198,12 +206,20 @@ impl Layer {
             flops,
             bytes,
             flops / bytes.max(1.0),
+            pixels,
+            self.reduction() as f64,
+            input,
+            weights,
+            output,
+            (channels % 8) as f64,
+            (channels % 16) as f64,
+            f64::from(u8::from(channels == self.cout)),
         ]
     }
 }
 
 /// Names of the op features ([`Layer::op_features`] order).
-pub const OP_FEATURES: [&str; 13] = [
+pub const OP_FEATURES: [&str; 21] = [
     "n",
     "h",
     "w",
@@ -217,7 +233,20 @@ pub const OP_FEATURES: [&str; 13] = [
     "flops",
     "bytes",
     "intensity",
+    "pixels",
+    "reduction",
+    "input_bytes",
+    "weight_bytes",
+    "output_bytes",
+    "channels_mod8",
+    "channels_mod16",
+    "whole_layer",
 ];
+
+/// The op features the log-linear baseline under each forest regresses on (their `ln(1 + x)`):
+/// FLOPs, bytes, output pixels and channels. Dispatch features in the baseline were tried and
+/// extrapolated worse.
+pub const BASELINE_FEATURES: [&str; 4] = ["flops", "bytes", "pixels", "channels"];
 
 /// Names of the dispatch features ([`dispatch_features`] order).
 pub const DISPATCH_FEATURES: [&str; 14] = [

@@ -60,6 +60,15 @@ fn in_interval(rng: &mut Rng, lo_exp: u32, hi_exp: u32) -> usize {
     lo + (rng.next_u64() % lo as u64) as usize
 }
 
+/// H and W in one power-of-two interval `[2^k, 2^(k+1))`, `k` drawn in `lo_exp..=hi_exp`.
+fn near_square(rng: &mut Rng, lo_exp: u32, hi_exp: u32) -> (usize, usize) {
+    let k = lo_exp + (rng.next_u64() % u64::from(hi_exp - lo_exp + 1)) as u32;
+    let lo = 1usize << k;
+    let h = lo + (rng.next_u64() % lo as u64) as usize;
+    let w = lo + (rng.next_u64() % lo as u64) as usize;
+    (h, w)
+}
+
 fn pick<T: Copy>(rng: &mut Rng, v: &[T]) -> T {
     v[(rng.next_u64() % v.len() as u64) as usize]
 }
@@ -92,51 +101,84 @@ fn fits(l: &Layer, limits: &Limits) -> bool {
     f <= limits.max_flops && w <= limits.max_weights && l.cout > 0 && l.oh > 0 && l.ow > 0
 }
 
-/// One random configuration of `op`.
+/// Which part of the convolution space a random configuration is drawn from. Most draws are
+/// free; a share is aimed at the GPU variants that free draws rarely reach, so that every
+/// executor gets enough configurations to learn from (and to be evaluated on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConvFamily {
+    /// Every dimension free.
+    Free,
+    /// 3x3, stride 1, at least 32 channels in and out, at least 16x16: where Winograd runs.
+    Winograd,
+    /// 1 to 4 input channels, a large kernel, few outputs: image stems, where the
+    /// constant-weights kernel runs.
+    Stem,
+}
+
+fn conv_family(rng: &mut Rng) -> ConvFamily {
+    match rng.next_u64() % 10 {
+        0 | 1 => ConvFamily::Winograd,
+        2 => ConvFamily::Stem,
+        _ => ConvFamily::Free,
+    }
+}
+
+/// A spatial layer with input `h` x `w`, square kernel `k`, stride `s` and SAME padding.
+fn spatial(op: OpKind, h: usize, w: usize, cin: usize, cout: usize, k: usize, s: usize) -> Layer {
+    let (oh, pad_t) = same(h, k, s);
+    let (ow, pad_l) = same(w, k, s);
+    Layer {
+        op,
+        n: 1,
+        h,
+        w,
+        cin,
+        oh,
+        ow,
+        cout,
+        kh: k,
+        kw: k,
+        stride: s,
+        pad_t,
+        pad_l,
+    }
+}
+
+/// One random configuration of `op`: H and W in [4, 256) (Winograd-shaped and stem convolutions
+/// at least 16); convolutions C_in in [4, 1024) and C_out in [8, 1024), kernel 1/3/5/7; depthwise
+/// C in [8, 2048), kernel 3/5/7; stride 1 or 2; linear rows in [1, 256), in in [16, 4096), out
+/// in [8, 4096). See [`ConvFamily`] for the aimed share of convolutions.
 pub fn random_layer(op: OpKind, rng: &mut Rng) -> Layer {
     match op {
-        OpKind::Conv | OpKind::Depthwise => {
-            let e = (rng.next_u64() % 6) as u32 + 2; // H, W in [4, 256)
-            let lo = 1usize << e;
-            let h = lo + (rng.next_u64() % lo as u64) as usize;
-            let w = lo + (rng.next_u64() % lo as u64) as usize;
-            let k = pick(rng, &[1, 3, 5, 7]);
-            let s = pick(rng, &[1, 2]);
-            let (oh, pad_t) = same(h, k, s);
-            let (ow, pad_l) = same(w, k, s);
-            let (cin, cout) = if op == OpKind::Conv {
-                (in_interval(rng, 2, 9), in_interval(rng, 3, 9))
-            } else {
-                let c = in_interval(rng, 3, 10);
-                (c, c)
-            };
-            let k = if op == OpKind::Depthwise && k == 1 {
-                3
-            } else {
-                k
-            };
-            let (oh, pad_t, ow, pad_l) = if op == OpKind::Depthwise {
-                let (oh, pt) = same(h, k, s);
-                let (ow, pl) = same(w, k, s);
-                (oh, pt, ow, pl)
-            } else {
-                (oh, pad_t, ow, pad_l)
-            };
-            Layer {
-                op,
-                n: 1,
-                h,
-                w,
-                cin,
-                oh,
-                ow,
-                cout,
-                kh: k,
-                kw: k,
-                stride: s,
-                pad_t,
-                pad_l,
+        OpKind::Conv => {
+            let family = conv_family(rng);
+            let size_exp = if family == ConvFamily::Free { 2 } else { 4 };
+            let (h, w) = near_square(rng, size_exp, 7);
+            match family {
+                ConvFamily::Free => {
+                    let k = pick(rng, &[1, 3, 5, 7]);
+                    let s = pick(rng, &[1, 2]);
+                    let (cin, cout) = (in_interval(rng, 2, 9), in_interval(rng, 3, 9));
+                    spatial(op, h, w, cin, cout, k, s)
+                }
+                ConvFamily::Winograd => {
+                    let (cin, cout) = (in_interval(rng, 5, 9), in_interval(rng, 5, 9));
+                    spatial(op, h, w, cin, cout, 3, 1)
+                }
+                ConvFamily::Stem => {
+                    let cin = 1 + (rng.next_u64() % 4) as usize;
+                    let k = pick(rng, &[3, 5, 7]);
+                    let s = pick(rng, &[1, 2]);
+                    spatial(op, h, w, cin, in_interval(rng, 3, 6), k, s)
+                }
             }
+        }
+        OpKind::Depthwise => {
+            let (h, w) = near_square(rng, 2, 7);
+            let k = pick(rng, &[3, 5, 7]);
+            let s = pick(rng, &[1, 2]);
+            let c = in_interval(rng, 3, 10);
+            spatial(op, h, w, c, c, k, s)
         }
         OpKind::Linear => {
             let rows = in_interval(rng, 0, 7);

@@ -116,14 +116,17 @@ impl Trained {
     }
 }
 
-/// The baseline columns for rows of `n` features: FLOPs and bytes (when the row has the op
-/// features). Work groups and work items in the baseline were tried and extrapolated worse.
+/// The baseline columns for rows of `n` features: [`crate::features::BASELINE_FEATURES`]
+/// (when the row has the op features).
 pub fn baseline_cols(n: usize) -> Vec<usize> {
-    if n >= crate::features::OP_FEATURES.len() {
-        vec![10, 11]
-    } else {
-        vec![]
+    use crate::features::{BASELINE_FEATURES, OP_FEATURES};
+    if n < OP_FEATURES.len() {
+        return vec![];
     }
+    BASELINE_FEATURES
+        .iter()
+        .filter_map(|b| OP_FEATURES.iter().position(|f| f == b))
+        .collect()
 }
 
 /// Trains on feature rows `x` (all the same length) and latencies `ms`.

@@ -208,7 +208,7 @@ fn trained(rows: &[Row]) -> (Profile, train::Report) {
 
 #[test]
 fn training_evaluation_and_profile_files() {
-    let rows = synthetic_rows(60, 21);
+    let rows = synthetic_rows(90, 21);
     let (profile, report) = trained(&rows);
     assert!(profile.executors.contains_key("cpu_conv_t1"));
     assert!(profile.executors.contains_key("fully_connected"));
@@ -227,7 +227,7 @@ fn training_evaluation_and_profile_files() {
     let execs = j["executors"].as_object().expect("executors object");
     assert_eq!(execs.len(), profile.executors.len());
     for (name, a) in &e.executors {
-        // Mostly rows the forests were trained on (few: 60 configurations in all).
+        // Mostly rows the forests were trained on (few: 90 configurations in all).
         assert!(a.mape < 40.0, "{name}: {a:?}");
     }
     for v in execs.values() {
@@ -264,7 +264,7 @@ fn training_evaluation_and_profile_files() {
 
     // A bad profile names the file and the field.
     let mut text = std::fs::read_to_string(&path).expect("read");
-    text = text.replacen("tandem-profile/1", "tandem-profile/9", 1);
+    text = text.replacen("tandem-profile/2", "tandem-profile/9", 1);
     std::fs::write(&path, &text).expect("write");
     let e = Profile::load(&path).expect_err("bad format").to_string();
     assert!(e.contains("p.profile") && e.contains("'format'"), "{e}");
