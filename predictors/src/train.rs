@@ -116,14 +116,23 @@ impl Trained {
     }
 }
 
-/// The baseline columns for rows of `n` features: [`crate::features::BASELINE_FEATURES`]
-/// (when the row has the op features).
-pub fn baseline_cols(n: usize) -> Vec<usize> {
+/// Training rows per baseline column below which the baseline keeps FLOPs alone: a few
+/// configurations cannot pin down four exponents.
+const ROWS_PER_BASELINE_COLUMN: usize = 20;
+
+/// The baseline columns for `rows` rows of `n` features: [`crate::features::BASELINE_FEATURES`]
+/// (when the row has the op features), or FLOPs alone for small training sets.
+pub fn baseline_cols(n: usize, rows: usize) -> Vec<usize> {
     use crate::features::{BASELINE_FEATURES, OP_FEATURES};
     if n < OP_FEATURES.len() {
         return vec![];
     }
-    BASELINE_FEATURES
+    let wanted = if rows >= ROWS_PER_BASELINE_COLUMN * BASELINE_FEATURES.len() {
+        &BASELINE_FEATURES[..]
+    } else {
+        &BASELINE_FEATURES[..1]
+    };
+    wanted
         .iter()
         .filter_map(|b| OP_FEATURES.iter().position(|f| f == b))
         .collect()
@@ -137,7 +146,7 @@ pub fn fit(x: &[Vec<f64>], ms: &[f64], params: &Params) -> Result<Trained, Train
     }
     let flat: Vec<f64> = x.iter().flatten().copied().collect();
     let logs: Vec<f64> = ms.iter().map(|v| v.max(1e-6).ln()).collect();
-    let baseline = Baseline::fit(x, &logs, &baseline_cols(nf));
+    let baseline = Baseline::fit(x, &logs, &baseline_cols(nf, x.len()));
     let labels: Vec<f32> = x
         .iter()
         .zip(&logs)
