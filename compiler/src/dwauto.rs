@@ -135,7 +135,17 @@ pub fn choose(graph: &Graph, costs: &mut dyn CostModel, threads: usize) -> Resul
                     Some(best) => (Some(best.ms), best.gpu_channels, None),
                     None => (None, 0, Some("no finite cost".to_string())),
                 },
-                Ok(None) => (None, 0, Some(format!("{} is not modelled", layer.kind()))),
+                Ok(None) => {
+                    let why = format!(
+                        "{} layers: no predictor in {}",
+                        layer.kind(),
+                        costs.describe()
+                    );
+                    if *mode != RefactorDepthwise::Off {
+                        missing.insert(why.clone());
+                    }
+                    (None, 0, Some(why))
+                }
                 Err(e) => {
                     let why = format!("{e:#}");
                     if *mode != RefactorDepthwise::Off {

@@ -187,6 +187,13 @@ impl CostModel for Predicted<'_> {
             return Ok(None);
         };
         let c = layer.channels();
+        // Grouped convolutions have executors of their own (`cpu_gconv_tN`, `conv_grouped`);
+        // profiles measured before them cannot cost these layers, which then stay on the CPU
+        // as before (and `--refactor-depthwise auto` keeps the depthwise form, with a note).
+        let grouped = l.op == tandem_predictors::features::OpKind::GroupedConv;
+        if grouped && !tandem_predictors::bundle::has_cpu(self.profile, l.op, threads) {
+            return Ok(None);
+        }
         match self.profile.sweep(&l, threads) {
             Ok(all) => Ok(Some(
                 all.into_iter()
@@ -208,6 +215,7 @@ impl CostModel for Predicted<'_> {
                     self.source
                 )
             }
+            Err(ProfileError::NoExecutor(_)) if grouped => Ok(None),
             Err(e) => Err(e).with_context(|| format!("predicting {} ({})", layer.kind(), c)),
         }
     }
