@@ -175,6 +175,14 @@ fn interleaved(
     for s in &mut sessions {
         s.run(inputs)?;
     }
+    if models
+        .iter()
+        .any(|m| m.artifact().steps.iter().any(|s| s.placement.uses_gpu()))
+    {
+        // The one-core-each setting (as `bench coexec`): this thread on core 0, PoCL's worker
+        // (which exists now) on core 1.
+        tandem_runtime::profile::split_cores();
+    }
     let mut times = vec![Vec::with_capacity(rounds * runs); models.len()];
     for _ in 0..rounds {
         for (s, t) in sessions.iter_mut().zip(&mut times) {
@@ -711,4 +719,49 @@ fn render(layers: &[LayerRow], models: &[ModelRow], rounds: usize, runs: usize) 
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(auto: &str) -> LayerRow {
+        LayerRow {
+            model: "m",
+            index: 0,
+            input: [8, 8, 32],
+            stride: 1,
+            multiplier: 1,
+            native_ms: 1.0,
+            groups: vec![(4, 3.0), (8, 2.0), (16, 1.5), (32, 4.0)],
+            gpu: Some((2.0, vec![(4, 0.9), (8, 0.96), (16, 3.0), (32, 9.0)])),
+            auto: Some(auto.into()),
+        }
+    }
+
+    #[test]
+    fn auto_agreement_counts_the_fastest_form_on_either_device_within_5_percent() {
+        // G=4 on the GPU (0.9 ms) is the fastest form; G=8 (0.96 ms) is within 7%, native 1 ms.
+        assert_eq!(row("G=4").fastest_form(), ("G=4".to_string(), 0.9));
+        assert_eq!(row("G=4").auto_agrees(), Some(true));
+        assert_eq!(row("G=8").auto_agrees(), Some(false));
+        assert_eq!(row("native").auto_agrees(), Some(false));
+        assert_eq!(row("G=C").form_ms("G=C"), Some(4.0));
+        let layers = [row("G=4"), row("native")];
+        assert_eq!(agreement(&layers), (1, 2));
+        let models = [ModelRow {
+            model: "m",
+            variant: "planned, auto".into(),
+            ms: 1.0,
+            ratio: 1.0,
+        }];
+        let json: serde_json::Value =
+            serde_json::from_str(&to_json(&layers, &models)).expect("valid JSON");
+        assert_eq!(json["auto_agrees"], 1);
+        assert_eq!(json["layers"][0]["auto"], "G=4");
+        assert_eq!(json["layers"][0]["gpu"]["groups"][0]["g"], 4);
+        let table = render(&layers, &models, 1, 1);
+        assert!(table.contains("on 1 of 2 layers"), "{table}");
+        assert!(table.contains("| G=4 | G=4 | yes |"), "{table}");
+    }
 }
