@@ -8,6 +8,7 @@
 extern crate alloc; // the generated flatbuffers bindings name `alloc::` paths
 
 pub mod dispatch;
+pub mod dwauto;
 pub mod inspect;
 pub mod ir;
 pub mod lower;

@@ -187,6 +187,13 @@ impl CostModel for Predicted<'_> {
             return Ok(None);
         };
         let c = layer.channels();
+        // Grouped convolutions have executors of their own (`cpu_gconv_tN`, `conv_grouped`);
+        // profiles measured before them cannot cost these layers, which then stay on the CPU
+        // as before (and `--refactor-depthwise auto` keeps the depthwise form, with a note).
+        let grouped = l.op == tandem_predictors::features::OpKind::GroupedConv;
+        if grouped && !tandem_predictors::bundle::has_cpu(self.profile, l.op, threads) {
+            return Ok(None);
+        }
         match self.profile.sweep(&l, threads) {
             Ok(all) => Ok(Some(
                 all.into_iter()
@@ -199,11 +206,16 @@ impl CostModel for Predicted<'_> {
                     })
                     .collect(),
             )),
-            Err(ProfileError::NoExecutor(e)) if e.starts_with("cpu_") => bail!(
+            Err(ProfileError::NoExecutor(e))
+                if e.starts_with("cpu_") && !e.starts_with("cpu_gconv_") =>
+            {
+                bail!(
                 "the profile {} has no CPU predictor '{e}': it was not measured with {threads} \
                  CPU threads (plan for the thread count it was measured with)",
-                self.source
-            ),
+                    self.source
+                )
+            }
+            Err(ProfileError::NoExecutor(_)) if grouped => Ok(None),
             Err(e) => Err(e).with_context(|| format!("predicting {} ({})", layer.kind(), c)),
         }
     }
@@ -389,6 +401,10 @@ pub struct PlanReport {
     pub plan_ms: f64,
     /// Device transitions the plan pays along the execution order.
     pub transitions: usize,
+    /// The form each depthwise layer got under `--refactor-depthwise auto` (empty otherwise).
+    pub depthwise: Vec<crate::dwauto::DepthwiseLayer>,
+    /// Remarks on the plan (e.g. alternatives that could not be costed).
+    pub notes: Vec<String>,
 }
 
 impl PlanReport {
@@ -452,6 +468,10 @@ impl PlanReport {
             self.transitions,
             self.speedup()
         ));
+        s.push_str(&crate::dwauto::table(&self.depthwise));
+        for n in &self.notes {
+            s.push_str(&format!("note: {n}\n"));
+        }
         s
     }
 }
@@ -591,6 +611,8 @@ pub fn plan(
         gpu_only_ms: gpu_total + sync,
         plan_ms: solution.total_ms,
         transitions,
+        depthwise: Vec::new(),
+        notes: Vec::new(),
     })
 }
 

@@ -23,7 +23,11 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Op kinds to measure.
-    #[arg(long, value_delimiter = ',', default_value = "conv,dwconv,linear")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "conv,dwconv,linear,gconv"
+    )]
     pub ops: Vec<String>,
     /// Random configurations (the model configurations come in addition).
     #[arg(long, default_value_t = 200)]
@@ -112,8 +116,10 @@ struct Sidecar {
 }
 
 /// The splittable layers of the models in `paths` (standard convolutions, depthwise and fully
-/// connected); layers the predictors do not model are left out.
-pub fn model_layers(paths: &[PathBuf]) -> Result<Vec<Layer>> {
+/// connected); layers the predictors do not model are left out. With `grouped`, each
+/// depthwise layer is followed by its diagonalwise refactorizations
+/// ([`measure::grouped_variants`]: a `gconv` layer per valid `G`, and the dense `G = C` conv).
+pub fn model_layers(paths: &[PathBuf], grouped: bool) -> Result<Vec<Layer>> {
     let mut out = Vec::new();
     for path in paths {
         let options = CompileOptions {
@@ -125,7 +131,13 @@ pub fn model_layers(paths: &[PathBuf]) -> Result<Vec<Layer>> {
         for step in &artifact.steps {
             if let Some(op) = LayerOp::from_kernel(&step.kernel) {
                 if let Ok(l) = Layer::from_op(&op) {
+                    let variants = if grouped {
+                        measure::grouped_variants(&l, true)
+                    } else {
+                        Vec::new()
+                    };
                     out.push(l);
+                    out.extend(variants);
                 }
             }
         }
@@ -161,7 +173,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         .iter()
         .map(|s| {
             OpKind::parse(s.trim())
-                .with_context(|| format!("--ops: '{s}' is not conv, dwconv or linear"))
+                .with_context(|| format!("--ops: '{s}' is not conv, dwconv, linear or gconv"))
         })
         .collect::<Result<_>>()?;
     if args.threads.is_empty() || args.threads.contains(&0) {
@@ -176,7 +188,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         max_flops: args.max_mflops * 1e6,
         ..Limits::default()
     };
-    let model_layers = model_layers(&models)?;
+    let model_layers = model_layers(&models, ops.contains(&OpKind::GroupedConv))?;
     let random = measure::random_layers(&ops, args.samples, args.seed, &limits);
     let configs = measure::schedule(&model_layers, &random, &ops, &limits);
     let mut setting = if args.no_pin {

@@ -71,18 +71,23 @@ pub fn plan_metadata(artifact: &Artifact) -> Vec<u8> {
 /// Writes the graph that [`compile_file`] lowers — the `.tflite` at `path` after the passes and
 /// the depthwise refactorization `refactor` — as a `.tflite` file at `out`, which the official
 /// interpreter loads; with `plan`, its placements are stored as the metadata entry
-/// [`PLAN_METADATA`] (replacing one of that name). Returns how many depthwise convolutions were
-/// rewritten.
+/// [`PLAN_METADATA`] (replacing one of that name). `forms` (per-node decisions of
+/// `--refactor-depthwise auto`, [`crate::dwauto::forms_of`]) replaces `refactor` when given.
+/// Returns how many depthwise convolutions were rewritten.
 pub fn emit_tflite(
     path: &Path,
     refactor: RefactorDepthwise,
+    forms: Option<&[(usize, RefactorDepthwise)]>,
     out: &Path,
     plan: Option<&Artifact>,
 ) -> Result<usize> {
     let mut graph = read_file(path)?;
     passes::prepare(&mut graph).with_context(|| format!("cannot prepare {}", path.display()))?;
-    let rewritten = passes::refactor_depthwise(&mut graph, refactor)
-        .with_context(|| format!("cannot refactorize {}", path.display()))?;
+    let rewritten = match forms {
+        Some(f) => crate::dwauto::apply_forms(&mut graph, f),
+        None => passes::refactor_depthwise(&mut graph, refactor),
+    }
+    .with_context(|| format!("cannot refactorize {}", path.display()))?;
     if let Some(artifact) = plan {
         graph.metadata.retain(|m| m.name != PLAN_METADATA);
         graph.metadata.push(crate::ir::Metadata {
@@ -318,14 +323,6 @@ pub fn compile_planned(
             max_candidates,
             options,
         } => {
-            let plain = compile_file(
-                path,
-                &CompileOptions {
-                    plan: Plan::CpuOnly,
-                    gpu: None,
-                    ..base.clone()
-                },
-            )?;
             let profiler = tandem_runtime::profile::Profiler::open(true)
                 .context("oracle mode measures on this machine's OpenCL device")?;
             if !profiler.device().same_device(&gpu) {
@@ -336,12 +333,37 @@ pub fn compile_planned(
                 );
             }
             let mut costs = crate::planner::Measured::new(profiler, *options, *max_candidates)?;
-            let report = crate::planner::plan(
+            // Auto: measure each depthwise layer's forms (native and refactorized) the same way,
+            // keep the fastest, then plan the rewritten graph.
+            let mut base = base.clone();
+            let mut decided = None;
+            if base.refactor_depthwise == RefactorDepthwise::Auto && base.depthwise_forms.is_none()
+            {
+                let mut graph = read_file(path)?;
+                passes::prepare(&mut graph)
+                    .with_context(|| format!("cannot prepare {}", path.display()))?;
+                let d = crate::dwauto::choose(&graph, &mut costs, base.threads.max(1))?;
+                base.depthwise_forms = Some(d.forms());
+                decided = Some(d);
+            }
+            let plain = compile_file(
+                path,
+                &CompileOptions {
+                    plan: Plan::CpuOnly,
+                    gpu: None,
+                    ..base.clone()
+                },
+            )?;
+            let mut report = crate::planner::plan(
                 &plain.steps,
                 &plain.tensors,
                 &mut costs,
                 base.threads.max(1),
             )?;
+            if let Some(d) = decided {
+                report.depthwise = d.layers;
+                report.notes.extend(d.notes);
+            }
             let options = CompileOptions {
                 plan: Plan::Steps(report.placements()),
                 gpu: Some(gpu),

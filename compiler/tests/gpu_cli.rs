@@ -89,3 +89,52 @@ fn missing_device_and_foreign_artifacts_are_errors_unless_falling_back() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--refactor-depthwise auto` (the default) with the shipped profile: the plan table lists the
+/// form of each depthwise layer, `--report-json` has them, and the profile's missing
+/// grouped-convolution predictors are a note, not an error.
+#[test]
+fn auto_depthwise_forms_are_in_the_plan_table_and_report() {
+    GpuDevice::open()
+        .unwrap_or_else(|e| panic!("an OpenCL device is needed (pocl-opencl-icd): {e}"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/fixtures/mobile_block_fp32.tflite");
+    let profile =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../predictors/profiles/pocl-1core.profile");
+    let report = dir.path().join("r.json");
+    let out = tandem()
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(dir.path().join("m.tandem"))
+        .arg("--profile")
+        .arg(&profile)
+        .arg("--report-json")
+        .arg(&report)
+        .output()
+        .expect("tandem runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("depthwise forms"), "{stdout}");
+    assert!(stdout.contains("note: refactorized depthwise forms could not be costed"));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("JSON");
+    let dw = r["depthwise"].as_array().expect("depthwise decisions");
+    assert_eq!(dw.len(), 1);
+    assert_eq!(dw[0]["node"], 3);
+    assert_eq!(dw[0]["channels"], 16);
+    let forms: Vec<&str> = dw[0]["alternatives"]
+        .as_array()
+        .expect("alternatives")
+        .iter()
+        .map(|a| a["form"].as_str().expect("form"))
+        .collect();
+    assert_eq!(forms, ["native", "G=4", "G=8", "G=C"]);
+    assert!(["native", "G=C"].contains(&dw[0]["chosen"].as_str().expect("chosen")));
+    assert!(!r["notes"].as_array().expect("notes").is_empty());
+}

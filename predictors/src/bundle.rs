@@ -191,7 +191,7 @@ impl Profile {
             return Ok(0.0);
         }
         let (d, x) = features::gpu_features(layer, g, self.device());
-        let e = self.executor(d.variant.name())?;
+        let e = self.executor(&features::gpu_executor(layer, d.variant))?;
         Ok(e.predict_ms(&x[..e.features.len()]))
     }
 
@@ -224,7 +224,7 @@ impl Profile {
                 0.0
             } else {
                 let (d, x) = features::gpu_features(layer, g, self.device());
-                let e = self.executor(d.variant.name())?;
+                let e = self.executor(&features::gpu_executor(layer, d.variant))?;
                 e.predict_ms(&x[..e.features.len()])
             };
             let cpu_ms = if g == c {

@@ -9,7 +9,11 @@
 //! threads, 0 for the GPU), `c0 c1` (the channel range measured), `variant bx by bc wg_x wg_y
 //! wg_z groups grid_x grid_y grid_z` (the GPU's dispatch decision; empty and zeros for the CPU),
 //! `ms` (median latency), `reps` (timed repetitions), `sync_ms` (median join of the polling
-//! protocol, measured with the configuration).
+//! protocol, measured with the configuration), `conv_groups` (convolution groups: 1 except for
+//! `gconv` rows; `groups` is taken by the GPU's number of work groups).
+//!
+//! `conv_groups` is optional when reading: a file whose header ends at `sync_ms` (written
+//! before grouped convolutions were profiled) has one group per layer.
 //!
 //! Fields holding a comma, a quote or a newline are quoted (`"…"`, quotes doubled). A file that
 //! does not parse gives a [`DatasetError`] naming the file, the line and the field.
@@ -20,11 +24,46 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The columns of a dataset, in order.
-pub const COLUMNS: [&str; 34] = [
-    "config", "device", "cpu", "op", "n", "h", "w", "cin", "oh", "ow", "cout", "kh", "kw",
-    "stride", "pad_t", "pad_l", "executor", "threads", "c0", "c1", "variant", "bx", "by", "bc",
-    "wg_x", "wg_y", "wg_z", "groups", "grid_x", "grid_y", "grid_z", "ms", "reps", "sync_ms",
+pub const COLUMNS: [&str; 35] = [
+    "config",
+    "device",
+    "cpu",
+    "op",
+    "n",
+    "h",
+    "w",
+    "cin",
+    "oh",
+    "ow",
+    "cout",
+    "kh",
+    "kw",
+    "stride",
+    "pad_t",
+    "pad_l",
+    "executor",
+    "threads",
+    "c0",
+    "c1",
+    "variant",
+    "bx",
+    "by",
+    "bc",
+    "wg_x",
+    "wg_y",
+    "wg_z",
+    "groups",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "ms",
+    "reps",
+    "sync_ms",
+    "conv_groups",
 ];
+
+/// The columns of files written before `conv_groups` existed (still read: one group).
+const OLD_COLUMNS: usize = 34;
 
 /// The GPU's dispatch decision as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,8 +112,13 @@ pub enum DatasetError {
 /// The key of a layer configuration: equal for every row of one configuration.
 pub fn config_key(layer: &Layer) -> String {
     let l = layer;
+    let groups = if l.groups > 1 {
+        format!(":g{}", l.groups)
+    } else {
+        String::new()
+    };
     format!(
-        "{}:{}x{}x{}x{}:{}x{}x{}:k{}x{}:s{}:p{}x{}",
+        "{}:{}x{}x{}x{}:{}x{}x{}:k{}x{}:s{}:p{}x{}{groups}",
         l.op.name(),
         l.n,
         l.h,
@@ -132,7 +176,7 @@ impl Row {
         );
         let _ = write!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{:.6},{},{:.6}",
+            "{},{},{},{},{},{},{},{},{},{},{:.6},{},{:.6},{}",
             d.block[0],
             d.block[1],
             d.block[2],
@@ -145,7 +189,8 @@ impl Row {
             d.grid[2],
             self.ms,
             self.reps,
-            self.sync_ms
+            self.sync_ms,
+            l.groups.max(1)
         );
         s
     }
@@ -189,13 +234,13 @@ fn split_fields(line: &str) -> Result<Vec<String>, String> {
 }
 
 /// Parses a row from its fields; the error names the field.
-fn parse_row(fields: &[String]) -> Result<Row, String> {
-    if fields.len() != COLUMNS.len() {
+fn parse_row(fields: &[String], columns: usize) -> Result<Row, String> {
+    if fields.len() != columns {
         return Err(format!(
             "{} fields, expected {} ({})",
             fields.len(),
-            COLUMNS.len(),
-            COLUMNS.join(",")
+            columns,
+            COLUMNS[..columns].join(",")
         ));
     }
     let f = |i: usize| fields[i].as_str();
@@ -229,7 +274,7 @@ fn parse_row(fields: &[String]) -> Result<Row, String> {
     };
     let op = crate::features::OpKind::parse(f(3)).ok_or_else(|| {
         format!(
-            "field 'op' (column 4): '{}' is not conv, dwconv or linear",
+            "field 'op' (column 4): '{}' is not conv, dwconv, linear or gconv",
             f(3)
         )
     })?;
@@ -247,7 +292,22 @@ fn parse_row(fields: &[String]) -> Result<Row, String> {
         stride: int(13)?,
         pad_t: int(14)?,
         pad_l: int(15)?,
+        groups: if columns > OLD_COLUMNS { int(34)? } else { 1 },
     };
+    if layer.groups == 0
+        || (layer.groups > 1
+            && (op != crate::features::OpKind::GroupedConv
+                || !layer.cin.is_multiple_of(layer.groups)
+                || !layer.cout.is_multiple_of(layer.groups)))
+    {
+        return Err(format!(
+            "field 'conv_groups' (column 35): {} groups for a {} layer of {} -> {} channels",
+            layer.groups,
+            op.name(),
+            layer.cin,
+            layer.cout
+        ));
+    }
     let (c0, c1) = (int(18)?, int(19)?);
     if c0 > c1 || c1 > layer.cout {
         return Err(format!(
@@ -316,19 +376,23 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Row>, DatasetError> {
         None => return Err(err(1, "empty file, expected a header line".into())),
     };
     let expected = COLUMNS.join(",");
-    if header.trim_end() != expected {
+    let columns = if header.trim_end() == expected {
+        COLUMNS.len()
+    } else if header.trim_end() == COLUMNS[..OLD_COLUMNS].join(",") {
+        OLD_COLUMNS
+    } else {
         return Err(err(
             1,
             format!("header is not a tandem dataset header; expected: {expected}"),
         ));
-    }
+    };
     let mut rows = Vec::new();
     for (i, line) in lines {
         if line.trim().is_empty() {
             continue;
         }
         let fields = split_fields(line).map_err(|m| err(i + 1, m))?;
-        rows.push(parse_row(&fields).map_err(|m| err(i + 1, m))?);
+        rows.push(parse_row(&fields, columns).map_err(|m| err(i + 1, m))?);
     }
     Ok(rows)
 }
@@ -340,11 +404,21 @@ pub struct Appender {
 }
 
 impl Appender {
+    /// Opens `path` for appending. A file written before the `conv_groups` column existed is
+    /// rewritten with it first (its rows keep one group), so that old and new rows share a
+    /// header.
     pub fn open(path: &Path) -> Result<Appender, DatasetError> {
         let io = |source| DatasetError::Io {
             path: path.to_path_buf(),
             source,
         };
+        if let Ok(text) = std::fs::read_to_string(path) {
+            let header = text.lines().next().unwrap_or("");
+            if header.trim_end() == COLUMNS[..OLD_COLUMNS].join(",") {
+                let rows = parse(&text, path)?;
+                write(path, &rows)?;
+            }
+        }
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

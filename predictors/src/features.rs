@@ -9,6 +9,12 @@
 //! `conv_constants`, `depthwise_3x3`, `depthwise_generic`, `fully_connected`) and one per CPU op
 //! kind and thread count (`cpu_conv_t1`, `cpu_dwconv_t2`, `cpu_linear_t1`, …): the CPU runs a
 //! different kernel per op kind, so separate models predict better than one per thread count.
+//!
+//! Grouped convolutions (the diagonalwise refactorization of depthwise layers) are their own op
+//! kind, `gconv`, with executors of their own so that they do not pollute the dense models:
+//! `cpu_gconv_tN` on the CPU and, on the GPU, `conv_grouped` (the generic conv kernel the runtime
+//! dispatches grouped convolutions to; another variant `V` would be `V_grouped`). Their models
+//! read [`GROUP_FEATURES`] after the op features ([`group_features`]).
 
 use crate::dataset::{DispatchRecord, Row};
 use tandem_runtime::cpu::conv::ConvParams;
@@ -25,6 +31,8 @@ pub enum OpKind {
     Conv,
     Depthwise,
     Linear,
+    /// A grouped convolution (`groups > 1`), e.g. a refactorized depthwise layer.
+    GroupedConv,
 }
 
 impl OpKind {
@@ -33,6 +41,7 @@ impl OpKind {
             OpKind::Conv => "conv",
             OpKind::Depthwise => "dwconv",
             OpKind::Linear => "linear",
+            OpKind::GroupedConv => "gconv",
         }
     }
 
@@ -41,14 +50,16 @@ impl OpKind {
             "conv" => Some(OpKind::Conv),
             "dwconv" => Some(OpKind::Depthwise),
             "linear" => Some(OpKind::Linear),
+            "gconv" => Some(OpKind::GroupedConv),
             _ => None,
         }
     }
 }
 
 /// A layer's geometry as datasets record it (see [`crate::dataset`] for the linear mapping).
-/// Convolutions are standard (one group, no dilation); depthwise layers have multiplier
-/// `cout / cin`.
+/// Convolutions have no dilation; `conv` ones have one group, `gconv` ones `groups > 1` (`cin`
+/// and `cout` divisible by it); depthwise layers have multiplier `cout / cin`. `groups` is 1
+/// for every other kind.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Layer {
     pub op: OpKind,
@@ -64,19 +75,25 @@ pub struct Layer {
     pub stride: usize,
     pub pad_t: usize,
     pub pad_l: usize,
+    /// Convolution groups (1 except for `gconv`).
+    pub groups: usize,
 }
 
 impl Layer {
-    /// The geometry of `op`, or why it is outside what the predictors model (grouped or dilated
-    /// convolutions, unequal strides).
+    /// The geometry of `op`, or why it is outside what the predictors model (dilated
+    /// convolutions, unequal strides). A convolution with `groups > 1` is a `gconv` layer.
     pub fn from_op(op: &LayerOp) -> Result<Layer, String> {
         match op {
             LayerOp::Conv(p) => {
-                if p.groups != 1 || p.dilation != [1, 1] || p.stride[0] != p.stride[1] {
-                    return Err("grouped, dilated or unevenly strided convolution".into());
+                if p.groups == 0 || p.dilation != [1, 1] || p.stride[0] != p.stride[1] {
+                    return Err("dilated or unevenly strided convolution".into());
                 }
                 Ok(Layer {
-                    op: OpKind::Conv,
+                    op: if p.groups > 1 {
+                        OpKind::GroupedConv
+                    } else {
+                        OpKind::Conv
+                    },
                     n: p.input[0],
                     h: p.input[1],
                     w: p.input[2],
@@ -89,6 +106,7 @@ impl Layer {
                     stride: p.stride[0],
                     pad_t: p.pad[0],
                     pad_l: p.pad[1],
+                    groups: p.groups,
                 })
             }
             LayerOp::Depthwise(p) => {
@@ -109,6 +127,7 @@ impl Layer {
                     stride: p.stride[0],
                     pad_t: p.pad[0],
                     pad_l: p.pad[1],
+                    groups: 1,
                 })
             }
             LayerOp::Linear(p) => Ok(Layer {
@@ -125,6 +144,7 @@ impl Layer {
                 stride: 1,
                 pad_t: 0,
                 pad_l: 0,
+                groups: 1,
             }),
         }
     }
@@ -132,14 +152,18 @@ impl Layer {
     /// The runtime parameters of this layer (no activation).
     pub fn to_op(&self) -> LayerOp {
         match self.op {
-            OpKind::Conv => LayerOp::Conv(ConvParams {
+            OpKind::Conv | OpKind::GroupedConv => LayerOp::Conv(ConvParams {
                 input: [self.n, self.h, self.w, self.cin],
                 output: [self.n, self.oh, self.ow, self.cout],
                 kernel: [self.kh, self.kw],
                 stride: [self.stride, self.stride],
                 dilation: [1, 1],
                 pad: [self.pad_t, self.pad_l],
-                groups: 1,
+                groups: if self.op == OpKind::Conv {
+                    1
+                } else {
+                    self.groups.max(1)
+                },
                 activation: Activation::None,
             }),
             OpKind::Depthwise => LayerOp::Depthwise(DepthwiseParams {
@@ -163,18 +187,17 @@ impl Layer {
 
     /// Multiply-adds per output channel.
     fn macs_per_channel(&self) -> f64 {
-        let pixels = (self.n * self.oh * self.ow) as f64;
-        match self.op {
-            OpKind::Conv => pixels * (self.kh * self.kw * self.cin) as f64,
-            OpKind::Depthwise => pixels * (self.kh * self.kw) as f64,
-            OpKind::Linear => (self.h * self.cin) as f64,
-        }
+        let rows = match self.op {
+            OpKind::Linear => self.h,
+            _ => self.n * self.oh * self.ow,
+        };
+        (rows * self.reduction()) as f64
     }
 
     /// The length of each output channel's dot product (the GEMM's K on the CPU).
     fn reduction(&self) -> usize {
         match self.op {
-            OpKind::Conv => self.kh * self.kw * self.cin,
+            OpKind::Conv | OpKind::GroupedConv => self.kh * self.kw * self.cin / self.groups.max(1),
             OpKind::Depthwise => self.kh * self.kw,
             OpKind::Linear => self.cin,
         }
@@ -314,6 +337,9 @@ pub fn is_cpu(executor: &str) -> bool {
 /// The feature names of an executor's model (`dispatch`: with the GPU dispatch features).
 pub fn feature_names(executor: &str, with_dispatch: bool) -> Vec<String> {
     let mut names: Vec<String> = OP_FEATURES.iter().map(|s| s.to_string()).collect();
+    if is_grouped(executor) {
+        names.extend(GROUP_FEATURES.iter().map(|s| s.to_string()));
+    }
     if !is_cpu(executor) && with_dispatch {
         names.extend(DISPATCH_FEATURES.iter().map(|s| s.to_string()));
     }
@@ -323,6 +349,9 @@ pub fn feature_names(executor: &str, with_dispatch: bool) -> Vec<String> {
 /// The features of a dataset row, with or without the recorded dispatch features.
 pub fn row_features(row: &Row, with_dispatch: bool) -> Vec<f64> {
     let mut f = row.layer.op_features(row.c1 - row.c0);
+    if is_grouped(&row.executor) {
+        f.extend(group_features(&row.layer));
+    }
     if !is_cpu(&row.executor) && with_dispatch {
         f.extend(dispatch_features(&row.dispatch, row.c0, row.c1));
     }
@@ -337,11 +366,46 @@ pub fn gpu_features(layer: &Layer, g: usize, device: &DeviceInfo) -> (Dispatch, 
     let range = c - g.min(c)..c;
     let d = dispatch(op.gpu_op(), range.clone(), device);
     let mut f = layer.op_features(range.len());
+    if layer.op == OpKind::GroupedConv {
+        f.extend(group_features(layer));
+    }
     f.extend(dispatch_features(&record(&d), range.start, range.end));
     (d, f)
 }
 
 /// The CPU part `[0, c)` of `layer`: its features.
 pub fn cpu_features(layer: &Layer, c: usize) -> Vec<f64> {
-    layer.op_features(c.min(layer.cout))
+    let mut f = layer.op_features(c.min(layer.cout));
+    if layer.op == OpKind::GroupedConv {
+        f.extend(group_features(layer));
+    }
+    f
+}
+
+/// Names of the grouped-convolution features ([`group_features`] order), which the `gconv`
+/// executors read after the op features (and before the GPU dispatch features).
+pub const GROUP_FEATURES: [&str; 3] = ["conv_groups", "group_in", "group_out"];
+
+/// The grouped-convolution features of `layer`: groups, input and output channels per group.
+pub fn group_features(layer: &Layer) -> Vec<f64> {
+    let g = layer.groups.max(1);
+    vec![g as f64, (layer.cin / g) as f64, (layer.cout / g) as f64]
+}
+
+/// The GPU executor of `layer` when its GPU part dispatches to `variant`: the variant's name,
+/// except for grouped convolutions (`conv_grouped` for the generic conv kernel, `V_grouped` for
+/// another variant `V`), so that they have models of their own.
+pub fn gpu_executor(layer: &Layer, variant: tandem_runtime::gpu::dispatch::Variant) -> String {
+    if layer.op != OpKind::GroupedConv {
+        return variant.name().to_string();
+    }
+    match variant.name() {
+        "conv_generic" => "conv_grouped".to_string(),
+        other => format!("{other}_grouped"),
+    }
+}
+
+/// Whether an executor models grouped convolutions (reads [`GROUP_FEATURES`]).
+pub fn is_grouped(executor: &str) -> bool {
+    executor.starts_with("cpu_gconv_") || executor.ends_with("_grouped")
 }

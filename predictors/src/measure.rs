@@ -8,9 +8,14 @@
 //! on them). Per configuration: the GPU at up to `points` channel counts `g` (multiples of the
 //! kernel's vector width, one drawn in each of `points` equal bins of `[1, C]`, and `C`), the
 //! CPU at each thread count at as many counts, and the join overhead once.
+//!
+//! Grouped convolutions (`gconv`) are depthwise geometries refactorized diagonalwise
+//! ([`grouped_variants`]): a random `gconv` draw is a depthwise layer as the `dwconv` sampler
+//! draws it (channels a multiple of 4), expanded to one configuration per group size
+//! `G ∈ {4, 8, 16, 32}` that divides `C` and is below it.
 
 use crate::dataset::{self, config_key, Appender, DatasetError, Row};
-use crate::features::{cpu_executor, record, Layer, OpKind};
+use crate::features::{cpu_executor, gpu_executor, record, Layer, OpKind};
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -93,7 +98,42 @@ pub fn cost(l: &Layer) -> (f64, usize) {
             l.kh * l.kw * l.cout,
         ),
         OpKind::Linear => (2.0 * (l.h * l.cin * l.cout) as f64, l.cin * l.cout),
+        OpKind::GroupedConv => {
+            let w = l.kh * l.kw * l.cin / l.groups.max(1) * l.cout;
+            (2.0 * pixels * w as f64, w)
+        }
     }
+}
+
+/// Group sizes (input channels per group) of the diagonalwise refactorization, besides `C`
+/// (the compiler's `CANDIDATE_GROUP_SIZES`).
+pub const GROUP_SIZES: [usize; 4] = [4, 8, 16, 32];
+
+/// The grouped convolutions a depthwise layer becomes under the diagonalwise refactorization:
+/// one `gconv` layer per `G` of [`GROUP_SIZES`] that divides `C` and is below it (`C / G`
+/// groups), and with `full`, the dense `conv` layer of `G = C`. Empty for other layers.
+pub fn grouped_variants(dw: &Layer, full: bool) -> Vec<Layer> {
+    if dw.op != OpKind::Depthwise || dw.cin == 0 {
+        return Vec::new();
+    }
+    let c = dw.cin;
+    let mut out: Vec<Layer> = GROUP_SIZES
+        .iter()
+        .filter(|&&g| g < c && c.is_multiple_of(g))
+        .map(|&g| Layer {
+            op: OpKind::GroupedConv,
+            groups: c / g,
+            ..dw.clone()
+        })
+        .collect();
+    if full {
+        out.push(Layer {
+            op: OpKind::Conv,
+            groups: 1,
+            ..dw.clone()
+        });
+    }
+    out
 }
 
 fn fits(l: &Layer, limits: &Limits) -> bool {
@@ -141,6 +181,7 @@ fn spatial(op: OpKind, h: usize, w: usize, cin: usize, cout: usize, k: usize, s:
         stride: s,
         pad_t,
         pad_l,
+        groups: 1,
     }
 }
 
@@ -196,13 +237,25 @@ pub fn random_layer(op: OpKind, rng: &mut Rng) -> Layer {
                 stride: 1,
                 pad_t: 0,
                 pad_l: 0,
+                groups: 1,
             }
+        }
+        OpKind::GroupedConv => {
+            // A depthwise geometry with C a multiple of 4 (so that G = 4 divides it), then one
+            // of its valid group sizes.
+            let mut dw = random_layer(OpKind::Depthwise, rng);
+            let c = (dw.cin / 4 * 4).max(8);
+            dw.cin = c;
+            dw.cout = c;
+            let variants = grouped_variants(&dw, false);
+            let i = (rng.next_u64() % variants.len() as u64) as usize;
+            variants[i].clone()
         }
     }
 }
 
-/// `count` random configurations over `ops` (round robin) within `limits`, deterministic in
-/// `seed`.
+/// `count` random configurations over `ops` (round robin; a `gconv` draw is one depthwise
+/// geometry with one of its valid group sizes) within `limits`, deterministic in `seed`.
 pub fn random_layers(ops: &[OpKind], count: usize, seed: u64, limits: &Limits) -> Vec<Layer> {
     let mut rng = Rng::new(seed);
     let mut out = Vec::with_capacity(count);
@@ -210,7 +263,8 @@ pub fn random_layers(ops: &[OpKind], count: usize, seed: u64, limits: &Limits) -
     let mut tries = 0;
     while out.len() < count && !ops.is_empty() && tries < count * 1000 {
         tries += 1;
-        let l = random_layer(ops[i % ops.len()], &mut rng);
+        let op = ops[i % ops.len()];
+        let l = random_layer(op, &mut rng);
         if fits(&l, limits) {
             out.push(l);
             i += 1;
@@ -418,7 +472,7 @@ pub fn run(
         let mut rows = Vec::new();
         for &g in &gpu_points {
             let (d, t) = bench.gpu(g, &plan.measure).map_err(gpu_err)?;
-            let mut r = base(d.variant.name().to_string(), 0, c - g, c);
+            let mut r = base(gpu_executor(layer, d.variant), 0, c - g, c);
             r.variant = d.variant.name().to_string();
             r.dispatch = record(&d);
             r.ms = t.median_ms;

@@ -7,7 +7,7 @@
 use crate::bundle::{Accuracy, Executor, Profile, Provenance, FORMAT};
 use crate::dataset::Row;
 use crate::eval::accuracy;
-use crate::features::{feature_names, is_cpu, row_features};
+use crate::features::{feature_names, is_cpu, is_grouped, row_features};
 use crate::forest::{Baseline, Forest};
 use lightgbm3::{Booster, Dataset};
 use serde::Serialize;
@@ -254,8 +254,12 @@ pub fn train(
     };
     let sync_ms = tandem_runtime::profile::median(&mut sync);
 
-    // The black-box GPU model: op features only, every GPU row, trained once.
-    let gpu_rows: Vec<&Row> = rows.iter().filter(|r| !is_cpu(&r.executor)).collect();
+    // The black-box GPU model: op features only, every GPU row, trained once (grouped
+    // convolutions, whose rows carry extra features, are left out of it).
+    let gpu_rows: Vec<&Row> = rows
+        .iter()
+        .filter(|r| !is_cpu(&r.executor) && !is_grouped(&r.executor))
+        .collect();
     let black_box = {
         let train: Vec<&Row> = gpu_rows
             .iter()
@@ -312,6 +316,7 @@ pub fn train(
             let a0 = accuracy(&t0.predict_ms(&tx0), &ty);
             let abb = black_box
                 .as_ref()
+                .filter(|_| !is_grouped(name))
                 .map(|f| accuracy(&f.predict_ms(&tx0), &ty));
             (Some(a0), abb)
         } else {

@@ -167,6 +167,83 @@ fn csv_round_trip_plain_and_gzip() {
 }
 
 #[test]
+fn old_datasets_without_conv_groups_read_as_one_group_and_gconv_rows_round_trip() {
+    let rows = synthetic_rows(3, 13);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.csv");
+    dataset::write(&path, &rows).expect("write");
+    // Strip the last column: the format before grouped convolutions.
+    let text = std::fs::read_to_string(&path).expect("read");
+    let old: Vec<String> = text
+        .lines()
+        .map(|l| l.rsplit_once(',').expect("columns").0.to_string())
+        .collect();
+    assert!(old[0].ends_with(",sync_ms"));
+    std::fs::write(&path, old.join("\n") + "\n").expect("write");
+    let back = dataset::read(&path).expect("an old dataset reads");
+    assert_eq!(back.len(), rows.len());
+    assert!(back.iter().all(|r| r.layer.groups == 1));
+    assert_eq!(back[0].layer, rows[0].layer);
+
+    // Appending to an old file upgrades its header first.
+    let mut g = rows[0].clone();
+    g.layer = Layer {
+        op: OpKind::GroupedConv,
+        n: 1,
+        h: 8,
+        w: 8,
+        cin: 32,
+        oh: 8,
+        ow: 8,
+        cout: 32,
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad_t: 1,
+        pad_l: 1,
+        groups: 4,
+    };
+    g.config = config_key(&g.layer);
+    g.c0 = 0;
+    g.c1 = 16;
+    g.executor = cpu_executor(OpKind::GroupedConv, 1);
+    assert_eq!(g.executor, "cpu_gconv_t1");
+    assert!(g.config.ends_with(":g4"), "{}", g.config);
+    let mut a = dataset::Appender::open(&path).expect("opens");
+    a.append(std::slice::from_ref(&g)).expect("appends");
+    let back = dataset::read(&path).expect("reads");
+    assert_eq!(back.len(), rows.len() + 1);
+    assert_eq!(back.last().expect("row").layer, g.layer);
+    assert!(std::fs::read_to_string(&path)
+        .expect("read")
+        .starts_with(&dataset::COLUMNS.join(",")));
+
+    // Groups on a non-gconv row, or groups that do not divide the channels, are errors.
+    let mut bad = g.clone();
+    bad.layer.op = OpKind::Conv;
+    dataset::write(&path, &[bad]).expect("write");
+    let e = dataset::read(&path)
+        .expect_err("conv with groups")
+        .to_string();
+    assert!(e.contains("conv_groups"), "{e}");
+
+    // The grouped executors read the group features after the op features.
+    let names = features::feature_names("cpu_gconv_t1", true);
+    assert_eq!(names.len(), features::OP_FEATURES.len() + 3);
+    assert_eq!(names[features::OP_FEATURES.len()], "conv_groups");
+    let names = features::feature_names("conv_grouped", true);
+    assert_eq!(names[features::OP_FEATURES.len() + 1], "group_in");
+    assert_eq!(
+        names.len(),
+        features::OP_FEATURES.len() + 3 + features::DISPATCH_FEATURES.len()
+    );
+    let f = features::cpu_features(&g.layer, 16);
+    assert_eq!(&f[features::OP_FEATURES.len()..], &[4.0, 8.0, 8.0]);
+    // FLOPs of a gconv part: 2 · pixels · k² · (cin / groups) per channel.
+    assert_eq!(f[10], 2.0 * 64.0 * 9.0 * 8.0 * 16.0);
+}
+
+#[test]
 fn bad_csv_names_file_line_and_field() {
     let rows = synthetic_rows(2, 5);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -176,7 +253,7 @@ fn bad_csv_names_file_line_and_field() {
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
     let mut fields: Vec<String> = lines[3].split(',').map(String::from).collect();
     let n = fields.len();
-    fields[n - 3] = "fast".into(); // ms
+    fields[n - 4] = "fast".into(); // ms
     lines[3] = fields.join(",");
     std::fs::write(&path, lines.join("\n")).expect("write");
     let e = dataset::read(&path).expect_err("bad ms").to_string();

@@ -87,3 +87,107 @@ fn profiling_records_the_dispatch_and_resumes() {
     let s = measure::run(&mut profiler, &out, &more, &p, "cpu", |_| {}).expect("budget");
     assert_eq!((s.measured, s.out_of_budget), (0, 1));
 }
+
+/// Grouped convolutions (refactorized depthwise layers) are profiled with executors of their
+/// own, `cpu_gconv_tN` and `conv_grouped`, and training makes predictors for them.
+#[cfg(feature = "lightgbm")]
+#[test]
+fn grouped_convolutions_get_their_own_executors_and_predictors() {
+    use tandem_predictors::features::{cpu_executor, gpu_executor, is_grouped};
+    use tandem_predictors::train::{self, DeviceMeta};
+    let mut profiler = match Profiler::open(false) {
+        Ok(p) => p,
+        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
+    };
+    let dev = profiler.device().clone();
+    // Small depthwise geometries, each refactorized with every valid G < C.
+    let limits = Limits {
+        max_flops: 4e6,
+        max_weights: 1 << 16,
+    };
+    let mut layers = Vec::new();
+    for (h, c, stride) in [
+        (8usize, 32usize, 1usize),
+        (9, 16, 2),
+        (6, 32, 2),
+        (7, 24, 1),
+        (10, 16, 1),
+    ] {
+        let (oh, pad) = if stride == 1 {
+            (h, 1)
+        } else {
+            (h.div_ceil(2), usize::from(h % 2 == 1))
+        };
+        let dw = Layer {
+            op: OpKind::Depthwise,
+            n: 1,
+            h,
+            w: h,
+            cin: c,
+            oh,
+            ow: oh,
+            cout: c,
+            kh: 3,
+            kw: 3,
+            stride,
+            pad_t: pad,
+            pad_l: pad,
+            groups: 1,
+        };
+        let v = measure::grouped_variants(&dw, false);
+        assert!(v
+            .iter()
+            .all(|l| l.op == OpKind::GroupedConv && c / l.groups < c));
+        layers.extend(v);
+    }
+    // The random sampler draws gconv layers the same way.
+    let random = measure::random_layers(&[OpKind::GroupedConv], 6, 5, &limits);
+    assert_eq!(random.len(), 6);
+    assert!(random
+        .iter()
+        .all(|l| l.op == OpKind::GroupedConv && l.groups > 1 && l.cin % l.groups == 0));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("g.csv");
+    let mut p = plan();
+    p.ops = vec![OpKind::GroupedConv];
+    p.threads = vec![1];
+    let s = measure::run(&mut profiler, &out, &layers, &p, "cpu", |_| {}).expect("profiling");
+    assert_eq!(s.measured, layers.len());
+    let rows = dataset::read(&out).expect("dataset");
+    assert!(rows.iter().all(|r| r.layer.op == OpKind::GroupedConv));
+    let cpu = cpu_executor(OpKind::GroupedConv, 1);
+    assert_eq!(cpu, "cpu_gconv_t1");
+    assert!(rows.iter().any(|r| r.executor == cpu));
+    assert!(rows.iter().any(|r| r.executor == "conv_grouped"));
+    for r in rows.iter().filter(|r| r.threads == 0) {
+        let (d, _) = gpu_features(&r.layer, r.c1 - r.c0, &dev);
+        assert_eq!(r.executor, gpu_executor(&r.layer, d.variant));
+        assert!(is_grouped(&r.executor));
+        assert_eq!(record(&d), r.dispatch, "{}", r.config);
+    }
+
+    let (profile, report) = train::train(
+        &rows,
+        DeviceMeta {
+            device: dev.clone(),
+            cpu: "cpu".into(),
+            setting: "test".into(),
+        },
+        "g.csv",
+        |_| {},
+    )
+    .expect("training");
+    for name in [cpu.as_str(), "conv_grouped"] {
+        assert!(profile.executors.contains_key(name), "{name}");
+        assert!(report.executors.contains_key(name), "{name}");
+    }
+    // The saved profile loads (feature names checked) and predicts grouped layers.
+    let path = dir.path().join("g.profile");
+    profile.save(&path).expect("saves");
+    let back = tandem_predictors::Profile::load(&path).expect("loads");
+    let l = &layers[0];
+    let best = back.best_split(l, 1).expect("predicts");
+    assert!(best.total_ms.is_finite() && best.total_ms > 0.0);
+    assert!(back.predict_cpu(l, l.cout, 1).expect("cpu") > 0.0);
+    assert!(back.predict_gpu(l, l.cout).expect("gpu") > 0.0);
+}

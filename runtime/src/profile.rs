@@ -84,9 +84,10 @@ impl LayerOp {
         }
     }
 
-    /// Short kind name: `conv`, `dwconv` or `linear`.
+    /// Short kind name: `conv`, `gconv` (a convolution with groups), `dwconv` or `linear`.
     pub fn kind(&self) -> &'static str {
         match self {
+            LayerOp::Conv(p) if p.groups > 1 => "gconv",
             LayerOp::Conv(_) => "conv",
             LayerOp::Depthwise(_) => "dwconv",
             LayerOp::Linear(_) => "linear",

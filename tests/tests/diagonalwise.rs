@@ -27,6 +27,7 @@ fn compile_with(graph: Graph, mode: RefactorDepthwise) -> anyhow::Result<Artifac
             threads: 1,
             model_name: "diagonalwise".into(),
             refactor_depthwise: mode,
+            depthwise_forms: None,
         },
     )
 }

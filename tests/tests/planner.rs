@@ -90,7 +90,7 @@ fn the_emitted_tflite_carries_the_plan_and_the_interpreter_gives_the_same_output
     };
     let artifact = compile_file(&path, &options).expect("compiles");
     let out = dir.path().join("planned.tflite");
-    emit_tflite(&path, RefactorDepthwise::Off, &out, Some(&artifact)).expect("emits");
+    emit_tflite(&path, RefactorDepthwise::Off, None, &out, Some(&artifact)).expect("emits");
     let written = tandem_compiler::run::read_file(&out).expect("reads back");
     let entry = written
         .metadata

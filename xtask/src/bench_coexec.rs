@@ -161,6 +161,7 @@ fn held_out_layers(n: usize) -> Vec<Layer> {
             stride,
             pad_t: pad / 2,
             pad_l: pad / 2,
+            groups: 1,
         };
         let mflops = 2.0 * (oh * oh * cout * cin * k * k) as f64 / 1e6;
         if (2.0..=120.0).contains(&mflops) {
@@ -183,6 +184,7 @@ fn held_out_layers(n: usize) -> Vec<Layer> {
             stride: 1,
             pad_t: 0,
             pad_l: 0,
+            groups: 1,
         });
     }
     out

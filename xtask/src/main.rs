@@ -92,6 +92,10 @@ enum Task {
         /// `coexec`: held-out random layers of each kind (conv, linear).
         #[arg(long, default_value_t = 12)]
         layers: usize,
+        /// `depthwise`: a smoke run (one round of one run, two layers per model; writes no
+        /// docs).
+        #[arg(long)]
+        quick: bool,
     },
     /// Fuzz with cargo-fuzz: the .tflite reader (read_tflite), the artifact loader and runtime
     /// (load_artifact), or both in turn (all).
@@ -172,11 +176,17 @@ fn run(task: Task) -> Result<()> {
             runs,
             json,
             layers,
+            quick,
         } => {
             match what.as_str() {
                 "cpu" => {}
                 "gemm" => return bench::bench_gemm(10 * rounds),
-                "depthwise" => return bench_depthwise::bench_depthwise(&root, rounds, runs, json),
+                "depthwise" => {
+                    if !quick {
+                        setup::opencl()?;
+                    }
+                    return bench_depthwise::bench_depthwise(&root, rounds, runs, json, quick);
+                }
                 "predictors" => return bench_predictors::bench_predictors(&root, json),
                 "coexec" => {
                     setup::opencl()?;

@@ -279,8 +279,17 @@ fn run(cli: Cli) -> Result<()> {
                     .with_context(|| format!("cannot write {}", path.display()))?;
             }
             if let Some(out) = &emit_tflite {
-                let rewritten =
-                    runner::emit_tflite(&model, refactor_depthwise, out, Some(&artifact))?;
+                let forms = report
+                    .as_ref()
+                    .filter(|r| !r.depthwise.is_empty())
+                    .map(|r| tandem_compiler::dwauto::forms_of(&r.depthwise));
+                let rewritten = runner::emit_tflite(
+                    &model,
+                    refactor_depthwise,
+                    forms.as_deref(),
+                    out,
+                    Some(&artifact),
+                )?;
                 println!(
                     "wrote {} ({rewritten} depthwise convolutions refactorized, plan as metadata \
                      '{}')",

@@ -42,6 +42,10 @@ pub struct CompileOptions {
     pub gpu: Option<tandem_runtime::gpu::device::DeviceInfo>,
     /// Which depthwise convolutions become block-diagonal (grouped) convolutions.
     pub refactor_depthwise: RefactorDepthwise,
+    /// Explicit per-node forms `(node index, mode)` of depthwise convolutions, decided earlier
+    /// (e.g. by the oracle's measurements); when set, it replaces `refactor_depthwise` and
+    /// nodes not listed stay native.
+    pub depthwise_forms: Option<Vec<(usize, RefactorDepthwise)>>,
 }
 
 impl CompileOptions {
@@ -68,9 +72,90 @@ pub fn compile_with_report(
     options: &CompileOptions,
 ) -> Result<(Artifact, Option<crate::planner::PlanReport>)> {
     passes::prepare(&mut graph)?;
-    passes::refactor_depthwise(&mut graph, options.refactor_depthwise)?;
+    let mut decided = None;
+    if let Some(forms) = &options.depthwise_forms {
+        crate::dwauto::apply_forms(&mut graph, forms)?;
+    } else if let (RefactorDepthwise::Auto, Plan::Predicted { profile, source }) =
+        (options.refactor_depthwise, &options.plan)
+    {
+        // Auto with predictors: native or a refactorized form per layer, whichever the profile
+        // predicts faster (each costed at its best split); then plan the result as usual.
+        let mut costs = crate::planner::Predicted {
+            profile,
+            source: source.clone(),
+        };
+        let d = crate::dwauto::choose(&graph, &mut costs, options.threads.max(1))?;
+        crate::dwauto::apply_forms(&mut graph, &d.forms())?;
+        decided = Some(d);
+    } else {
+        passes::refactor_depthwise(&mut graph, options.refactor_depthwise)?;
+    }
     reject_quantized(&graph)?;
-    Lowering::new(&graph).run(options)
+    let (artifact, mut report) = Lowering::new(&graph).run(options)?;
+    if let (Some(r), Some(d)) = (report.as_mut(), decided) {
+        r.depthwise = d.layers;
+        r.notes.extend(d.notes);
+    }
+    Ok((artifact, report))
+}
+
+/// The runtime kernels a depthwise node can run as: native first
+/// ([`RefactorDepthwise::Off`]), then one grouped convolution per candidate group size
+/// ([`crate::passes::diagonalwise::candidate_group_sizes`]; `G = C` is
+/// [`RefactorDepthwise::Full`]), with the parameters lowering would give them.
+pub fn depthwise_alternatives(
+    graph: &Graph,
+    node: NodeIndex,
+) -> Result<Vec<(RefactorDepthwise, Kernel)>> {
+    let n = &graph.dag[node];
+    let Op::DepthwiseConv2d(c) = &n.op else {
+        bail!("operator {} is not DEPTHWISE_CONV_2D", node.index());
+    };
+    let shape = |slot: usize| {
+        graph
+            .input(node, slot)
+            .map(|t| t.shape.clone())
+            .unwrap_or_default()
+    };
+    let input = shape4(&shape(0), "input")?;
+    let filter = shape4(&shape(1), "filter")?;
+    let output = shape4(&graph.tensor(n.outputs[0]).shape, "output")?;
+    let pad = conv_pad(c.padding, input, filter, c.stride, c.dilation);
+    let act = activation(c.activation)?;
+    let mut out = vec![(
+        RefactorDepthwise::Off,
+        Kernel::DepthwiseConv2d(DepthwiseParams {
+            input,
+            output,
+            kernel: [filter[1], filter[2]],
+            stride: c.stride,
+            dilation: c.dilation,
+            pad,
+            multiplier: filter[3] / input[3].max(1),
+            activation: act,
+        }),
+    )];
+    for g in passes::diagonalwise::candidate_group_sizes(graph, node)? {
+        let mode = if g == input[3] {
+            RefactorDepthwise::Full
+        } else {
+            RefactorDepthwise::Group(g)
+        };
+        out.push((
+            mode,
+            Kernel::Conv2d(ConvParams {
+                input,
+                output,
+                kernel: [filter[1], filter[2]],
+                stride: c.stride,
+                dilation: c.dilation,
+                pad,
+                groups: input[3] / g,
+                activation: act,
+            }),
+        ));
+    }
+    Ok(out)
 }
 
 /// Quantized activations are not supported yet: the first non-float tensor that would be

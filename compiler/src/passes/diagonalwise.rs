@@ -30,9 +30,10 @@ pub const CANDIDATE_GROUP_SIZES: [usize; 4] = [4, 8, 16, 32];
 pub enum RefactorDepthwise {
     /// Keep every DEPTHWISE_CONV_2D.
     Off,
-    /// Decide per node from the latency predictors. Until the planner exists this keeps every
-    /// node native (same as [`RefactorDepthwise::Off`]); the planner will choose among
-    /// [`candidate_group_sizes`] and native for each node.
+    /// Decide per node with the planner's cost model (the latency predictors, or the oracle's
+    /// measurements) among native and [`candidate_group_sizes`] ([`crate::dwauto`]). This pass
+    /// alone (and a compilation without such a plan) keeps every node native, like
+    /// [`RefactorDepthwise::Off`].
     #[default]
     Auto,
     /// Rewrite every depthwise node into one standard CONV_2D with a full diagonal (`G = C`).
