@@ -44,6 +44,10 @@ pub struct ProfileArgs {
     /// Channel counts measured per executor and configuration.
     #[arg(long, default_value_t = 6)]
     pub points: usize,
+    /// Rounds over each configuration's points; a point's latency is the least of its round
+    /// medians (reproducible on a machine whose load changes).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// Models whose splittable layers are measured too (default: the zoo's `.tflite` files in
     /// `zoo/`, when that folder exists). `--models none` measures random layers only.
     #[arg(long, value_delimiter = ',')]
@@ -231,6 +235,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
             .map(|m| Duration::from_secs_f64((m * 60.0).max(0.0))),
         seed: args.seed,
         points: args.points.max(1),
+        rounds: args.rounds.max(1),
         limits,
         measure: MeasureOptions {
             min_reps: args.reps.max(1),

@@ -16,6 +16,7 @@ fn plan() -> Plan {
         budget: None,
         seed: 3,
         points: 3,
+        rounds: 2,
         limits: Limits::default(),
         measure: MeasureOptions {
             warmup: 1,
