@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tandem_predictors::dataset;
-use tandem_predictors::eval::{evaluate, to_json};
+use tandem_predictors::eval::{accuracies_json, evaluate, repeatability, to_json};
 use tandem_predictors::features::{Layer, OpKind};
 use tandem_predictors::measure::{self, progress_line, Limits, Plan};
 use tandem_predictors::Profile;
@@ -92,9 +92,15 @@ pub struct EvalArgs {
     pub profile: PathBuf,
     /// A dataset measured on the same device (CSV or .csv.gz).
     pub dataset: PathBuf,
-    /// Print `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}}` (MAPE in percent).
+    /// Print `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}}` (MAPE in percent;
+    /// with `--repeat`, also `"repeatability"` of the same shape).
     #[arg(long)]
     pub json: bool,
+    /// A second measurement of (some of) the dataset's points, e.g. `tandem profile` run again
+    /// with the same seed: also prints how far the two measurements lie apart per executor (as
+    /// a MAPE), the floor under any predictor's MAPE on this dataset.
+    #[arg(long, value_name = "AGAIN.csv")]
+    pub repeat: Option<PathBuf>,
 }
 
 /// The sidecar of a dataset that records the full device description: `DATASET.device.json`.
@@ -323,8 +329,33 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     let profile = Profile::load(&args.profile)?;
     let rows = dataset::read(&args.dataset)?;
     let e = evaluate(&profile, &rows);
+    let floor = match &args.repeat {
+        Some(path) => Some(repeatability(&rows, &dataset::read(path)?)),
+        None => None,
+    };
     if args.json {
-        println!("{}", to_json(&e));
+        let mut j = to_json(&e);
+        if let Some(floor) = &floor {
+            j["repeatability"] = accuracies_json(floor);
+        }
+        println!("{j}");
+    } else if let Some(floor) = &floor {
+        println!(
+            "| executor | n | MAPE | within ±10% | repeated points | repeat MAPE | repeat within ±10% |\n\
+             |---|---:|---:|---:|---:|---:|---:|"
+        );
+        for (name, a) in &e.executors {
+            let f = floor.get(name);
+            println!(
+                "| {name} | {} | {:.2}% | {:.1}% | {} | {} | {} |",
+                a.n,
+                a.mape,
+                a.within10 * 100.0,
+                f.map_or(0, |f| f.n),
+                f.map_or("–".into(), |f| format!("{:.2}%", f.mape)),
+                f.map_or("–".into(), |f| format!("{:.1}%", f.within10 * 100.0)),
+            );
+        }
     } else {
         println!("| executor | n | MAPE | within ±10% |\n|---|---:|---:|---:|");
         for (name, a) in &e.executors {

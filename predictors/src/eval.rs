@@ -64,10 +64,56 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
     }
 }
 
+/// The measurement floor: the same points measured twice, `repeat` scored against `first` as
+/// if it were a prediction (points matched by configuration, executor, threads and channel
+/// range; unmatched points are ignored). No predictor can be expected to beat this MAPE on
+/// `first`, since the measurement itself moves that much between runs.
+pub fn repeatability(first: &[Row], repeat: &[Row]) -> BTreeMap<String, Accuracy> {
+    type Key<'a> = (&'a str, &'a str, usize, usize, usize);
+    let again: BTreeMap<Key<'_>, f64> = repeat
+        .iter()
+        .map(|r| {
+            (
+                (
+                    r.config.as_str(),
+                    r.executor.as_str(),
+                    r.threads,
+                    r.c0,
+                    r.c1,
+                ),
+                r.ms,
+            )
+        })
+        .collect();
+    let mut pairs: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for r in first {
+        let k = (
+            r.config.as_str(),
+            r.executor.as_str(),
+            r.threads,
+            r.c0,
+            r.c1,
+        );
+        if let Some(&ms) = again.get(&k) {
+            let entry = pairs.entry(r.executor.clone()).or_default();
+            entry.0.push(ms);
+            entry.1.push(r.ms);
+        }
+    }
+    pairs
+        .into_iter()
+        .map(|(k, (p, m))| (k, accuracy(&p, &m)))
+        .collect()
+}
+
 /// `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}}` (MAPE in percent).
 pub fn to_json(e: &Evaluation) -> serde_json::Value {
-    let execs: serde_json::Map<String, serde_json::Value> = e
-        .executors
+    serde_json::json!({ "executors": accuracies_json(&e.executors) })
+}
+
+/// `{NAME: {"mape": …, "within10": …, "n": …}}`.
+pub fn accuracies_json(accuracies: &BTreeMap<String, Accuracy>) -> serde_json::Value {
+    let execs: serde_json::Map<String, serde_json::Value> = accuracies
         .iter()
         .map(|(k, a)| {
             (
@@ -76,5 +122,5 @@ pub fn to_json(e: &Evaluation) -> serde_json::Value {
             )
         })
         .collect();
-    serde_json::json!({ "executors": execs })
+    serde_json::Value::Object(execs)
 }

@@ -373,3 +373,25 @@ fn compile_time_features_equal_the_runtime_dispatch() {
         assert_eq!(Layer::from_op(&op).as_ref(), Ok(l));
     }
 }
+
+#[test]
+fn repeatability_scores_matched_points_of_a_second_measurement() {
+    let first = synthetic_rows(6, 5);
+    // The second run: 5% slower everywhere, one point left out, one point of another range.
+    let mut again: Vec<Row> = first.iter().skip(1).cloned().collect();
+    for r in &mut again {
+        r.ms *= 1.05;
+    }
+    let mut stray = first[0].clone();
+    stray.c1 += 1000;
+    again.push(stray);
+    let floor = tandem_predictors::eval::repeatability(&first, &again);
+    let matched: usize = floor.values().map(|a| a.n).sum();
+    assert_eq!(matched, first.len() - 1);
+    for (name, a) in &floor {
+        assert!((a.mape - 5.0).abs() < 1e-6, "{name}: {a:?}");
+        assert_eq!(a.within10, 1.0, "{name}");
+    }
+    let json = tandem_predictors::eval::accuracies_json(&floor);
+    assert_eq!(json.as_object().map(|m| m.len()), Some(floor.len()));
+}
