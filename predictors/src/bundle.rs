@@ -67,6 +67,16 @@ impl Executor {
     pub fn predict_ms(&self, x: &[f64]) -> f64 {
         (self.baseline.eval(x) + self.forest.predict(x)).exp()
     }
+
+    /// [`Executor::predict_ms`] of many rows at once (equal results; faster, since each tree
+    /// stays in cache while it scores every row).
+    pub fn predict_ms_batch(&self, rows: &[&[f64]]) -> Vec<f64> {
+        let mut raw = self.forest.predict_batch(rows);
+        for (r, x) in raw.iter_mut().zip(rows) {
+            *r = (*r + self.baseline.eval(x)).exp();
+        }
+        raw
+    }
 }
 
 /// A device profile.
@@ -217,33 +227,49 @@ impl Profile {
         let op = layer.to_op();
         let step = vector_width(op.gpu_op()).max(1);
         let cpu = self.executor(&cpu_executor(layer.op, threads))?;
-        let mut out = Vec::with_capacity(c / step + 2);
-        let mut g = 0;
-        loop {
-            let gpu_ms = if g == 0 {
-                0.0
-            } else {
-                let (d, x) = features::gpu_features(layer, g, self.device());
-                let e = self.executor(&features::gpu_executor(layer, d.variant))?;
-                e.predict_ms(&x[..e.features.len()])
-            };
-            let cpu_ms = if g == c {
-                0.0
-            } else {
-                cpu.predict_ms(&features::cpu_features(layer, c - g))
-            };
-            let sync = if g > 0 && g < c { self.sync_ms } else { 0.0 };
-            out.push(Candidate {
-                gpu_channels: g,
-                gpu_ms,
-                cpu_ms,
-                total_ms: gpu_ms.max(cpu_ms) + sync,
-            });
-            if g == c {
-                break;
-            }
-            g = (g + step).min(c);
+        let mut counts = vec![0];
+        while counts[counts.len() - 1] < c {
+            counts.push((counts[counts.len() - 1] + step).min(c));
         }
+        // Features of every candidate first, then each executor scores its rows in one batch.
+        let cpu_rows: Vec<Vec<f64>> = counts
+            .iter()
+            .filter(|&&g| g < c)
+            .map(|&g| features::cpu_features(layer, c - g))
+            .collect();
+        let cpu_ms = cpu.predict_ms_batch(&cpu_rows.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        let mut gpu_rows: BTreeMap<String, (Vec<usize>, Vec<Vec<f64>>)> = BTreeMap::new();
+        for (i, &g) in counts.iter().enumerate().filter(|(_, &g)| g > 0) {
+            let (d, x) = features::gpu_features(layer, g, self.device());
+            let entry = gpu_rows
+                .entry(features::gpu_executor(layer, d.variant))
+                .or_default();
+            entry.0.push(i);
+            entry.1.push(x);
+        }
+        let mut gpu_ms = vec![0.0; counts.len()];
+        for (name, (at, rows)) in &gpu_rows {
+            let e = self.executor(name)?;
+            let n = e.features.len();
+            let rows: Vec<&[f64]> = rows.iter().map(|x| &x[..n]).collect();
+            for (&i, ms) in at.iter().zip(e.predict_ms_batch(&rows)) {
+                gpu_ms[i] = ms;
+            }
+        }
+        let out = counts
+            .iter()
+            .enumerate()
+            .map(|(i, &g)| {
+                let cpu_ms = if g < c { cpu_ms[i] } else { 0.0 };
+                let sync = if g > 0 && g < c { self.sync_ms } else { 0.0 };
+                Candidate {
+                    gpu_channels: g,
+                    gpu_ms: gpu_ms[i],
+                    cpu_ms,
+                    total_ms: gpu_ms[i].max(cpu_ms) + sync,
+                }
+            })
+            .collect();
         Ok(out)
     }
 

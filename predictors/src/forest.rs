@@ -46,10 +46,19 @@ impl PartialEq for Forest {
 struct FlatNode {
     threshold: f64,
     feature: u32,
-    left: i32,
-    right: i32,
+    /// `[right, left]`: indexed by the comparison, so that a plain split takes no branch.
+    children: [i32; 2],
     /// The split's decision type (see [`Tree::decision_type`]).
     decision: u8,
+}
+
+impl FlatNode {
+    /// Whether the split has no missing-value handling (LightGBM's missing type "none", the
+    /// only one trained on rows without NaN): NaN reads as 0, otherwise `x <= threshold`.
+    #[inline]
+    fn plain(&self) -> bool {
+        (self.decision >> 2) & 3 == 0
+    }
 }
 
 /// Every tree's nodes in one array and every leaf in another, so that a prediction walks
@@ -84,8 +93,7 @@ impl FlatForest {
                 f.nodes.push(FlatNode {
                     threshold: t.threshold[i],
                     feature: t.split_feature[i],
-                    left: child(t.left_child[i]),
-                    right: child(t.right_child[i]),
+                    children: [child(t.right_child[i]), child(t.left_child[i])],
                     decision: t.decision_type[i],
                 });
             }
@@ -100,20 +108,36 @@ impl FlatForest {
 
     #[inline]
     fn predict(&self, x: &[f64]) -> f64 {
-        let mut sum = 0.0;
-        for &root in &self.roots {
-            let mut node = root;
-            while node >= 0 {
-                let n = &self.nodes[node as usize];
-                node = if goes_left(n.decision, n.threshold, x[n.feature as usize]) {
-                    n.left
-                } else {
-                    n.right
-                };
-            }
-            sum += self.leaves[(!node) as usize];
+        self.roots.iter().map(|&root| self.leaf(root, x)).sum()
+    }
+
+    /// The leaf value `x` reaches from `root`.
+    #[inline]
+    fn leaf(&self, root: i32, x: &[f64]) -> f64 {
+        let mut node = root;
+        while node >= 0 {
+            let n = &self.nodes[node as usize];
+            let v = x[n.feature as usize];
+            let left = if n.plain() {
+                let v = if v.is_nan() { 0.0 } else { v };
+                v <= n.threshold
+            } else {
+                goes_left(n.decision, n.threshold, v)
+            };
+            node = n.children[usize::from(left)];
         }
-        sum
+        self.leaves[(!node) as usize]
+    }
+
+    /// Raw scores of many rows, tree by tree: each tree's nodes stay in cache for every row.
+    fn predict_batch(&self, rows: &[&[f64]]) -> Vec<f64> {
+        let mut out = vec![0.0; rows.len()];
+        for &root in &self.roots {
+            for (o, x) in out.iter_mut().zip(rows) {
+                *o += self.leaf(root, x);
+            }
+        }
+        out
     }
 }
 
@@ -197,6 +221,16 @@ impl Tree {
 }
 
 impl Forest {
+    /// A forest of `trees` reading rows of `num_features` features (unchecked: see
+    /// [`Forest::check`]).
+    pub fn new(num_features: usize, trees: Vec<Tree>) -> Forest {
+        Forest {
+            num_features,
+            trees,
+            flat: OnceLock::new(),
+        }
+    }
+
     /// The raw score for one row of `num_features` features.
     #[inline]
     pub fn predict(&self, x: &[f64]) -> f64 {
@@ -204,6 +238,14 @@ impl Forest {
         self.flat
             .get_or_init(|| FlatForest::new(&self.trees))
             .predict(x)
+    }
+
+    /// [`Forest::predict`] of many rows (the same sums, added tree by tree in the same order).
+    pub fn predict_batch(&self, rows: &[&[f64]]) -> Vec<f64> {
+        debug_assert!(rows.iter().all(|x| x.len() >= self.num_features));
+        self.flat
+            .get_or_init(|| FlatForest::new(&self.trees))
+            .predict_batch(rows)
     }
 
     /// Checks every tree (after loading from a file).
@@ -448,7 +490,7 @@ mod tests {
             trees,
             flat: OnceLock::new(),
         };
-        forest.check().unwrap();
+        forest.check().expect("a consistent forest");
         for x in [
             [0.0, 0.0],
             [0.0, 7.0],
@@ -459,6 +501,12 @@ mod tests {
         ] {
             let by_tree: f64 = forest.trees.iter().map(|t| t.leaf(&x)).sum();
             assert_eq!(forest.predict(&x), by_tree, "row {x:?}");
+            let batch = forest.predict_batch(&[&x, &[9.0, 9.0]]);
+            assert_eq!(
+                batch[0].to_bits(),
+                by_tree.to_bits(),
+                "row {x:?} in a batch"
+            );
         }
         // Spot values: row [0, 7]: tree 0 -> x1 = 7 > 0 -> leaf 1 (1.5); -3; tree 2 -> leaf 1 (1.5).
         assert_eq!(forest.predict(&[0.0, 7.0]), 1.5 - 3.0 + 1.5);

@@ -226,10 +226,7 @@ fn alternatives_without_a_predictor_leave_the_layer_native_with_a_note() {
 fn executor(name: &str, cols: Vec<usize>, coef: Vec<f64>) -> Executor {
     let features = feature_names(name, true);
     Executor {
-        forest: Forest {
-            num_features: features.len(),
-            trees: vec![],
-        },
+        forest: Forest::new(features.len(), vec![]),
         features,
         dispatch_features: true,
         params: BTreeMap::new(),
@@ -366,8 +363,8 @@ fn auto_with_a_profile_chooses_per_layer_and_matches_off_on_cpu_and_split() {
     );
 }
 
-#[test]
-fn the_shipped_profile_without_grouped_predictors_keeps_depthwise_native_with_a_note() {
+/// MobileNetV2 planned with `auto` from `profile`.
+fn mobilenet_v2_auto(profile: std::path::PathBuf) -> tandem_compiler::planner::PlanReport {
     let gpu = GpuDevice::open()
         .unwrap_or_else(|e| panic!("an OpenCL device is needed (pocl-opencl-icd): {e}"))
         .info;
@@ -375,14 +372,54 @@ fn the_shipped_profile_without_grouped_predictors_keeps_depthwise_native_with_a_
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("mobilenet_v2.tflite");
     std::fs::write(&path, model.tflite().expect("builds")).expect("writes");
-    let profile = shipped_dir().join("pocl-1core.profile");
     let base = CompileOptions {
         refactor_depthwise: RefactorDepthwise::Auto,
         ..CompileOptions::cpu(1, "t")
     };
     let planned =
         compile_planned(&path, &base, &PlanSource::Profile(profile), Some(gpu)).expect("plans");
-    let report = planned.report.expect("a plan report");
+    planned.report.expect("a plan report")
+}
+
+#[test]
+fn the_shipped_profile_costs_every_form_and_auto_keeps_the_cheapest() {
+    let report = mobilenet_v2_auto(shipped_dir().join("pocl-1core.profile"));
+    assert_eq!(report.depthwise.len(), 17);
+    for l in &report.depthwise {
+        let costs: Vec<(&str, f64)> = l
+            .alternatives
+            .iter()
+            .map(|a| (a.form.as_str(), a.ms.expect("every form has predictors")))
+            .collect();
+        assert!(costs.len() >= 4, "{costs:?}");
+        let cheapest = costs
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|c| c.0)
+            .expect("forms");
+        assert_eq!(l.chosen, cheapest, "{costs:?}");
+    }
+    assert!(
+        !report
+            .notes
+            .iter()
+            .any(|n| n.contains("could not be costed")),
+        "{:?}",
+        report.notes
+    );
+}
+
+#[test]
+fn a_profile_without_grouped_predictors_keeps_depthwise_native_with_a_note() {
+    let mut profile =
+        Profile::load(&shipped_dir().join("pocl-1core.profile")).expect("shipped profile");
+    profile
+        .executors
+        .retain(|name, _| !name.contains("gconv") && !name.contains("grouped"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("no-gconv.profile");
+    profile.save(&path).expect("saves");
+    let report = mobilenet_v2_auto(path);
     assert_eq!(report.depthwise.len(), 17);
     for l in &report.depthwise {
         // Only the dense G = C form has predictors in this profile.
