@@ -46,19 +46,10 @@ impl PartialEq for Forest {
 struct FlatNode {
     threshold: f64,
     feature: u32,
-    /// `[right, left]`: indexed by the comparison, so that a plain split takes no branch.
+    /// `[right, left]`, indexed by the decision.
     children: [i32; 2],
     /// The split's decision type (see [`Tree::decision_type`]).
     decision: u8,
-}
-
-impl FlatNode {
-    /// Whether the split has no missing-value handling (LightGBM's missing type "none", the
-    /// only one trained on rows without NaN): NaN reads as 0, otherwise `x <= threshold`.
-    #[inline]
-    fn plain(&self) -> bool {
-        (self.decision >> 2) & 3 == 0
-    }
 }
 
 /// Every tree's nodes in one array and every leaf in another, so that a prediction walks
@@ -117,13 +108,7 @@ impl FlatForest {
         let mut node = root;
         while node >= 0 {
             let n = &self.nodes[node as usize];
-            let v = x[n.feature as usize];
-            let left = if n.plain() {
-                let v = if v.is_nan() { 0.0 } else { v };
-                v <= n.threshold
-            } else {
-                goes_left(n.decision, n.threshold, v)
-            };
+            let left = goes_left(n.decision, n.threshold, x[n.feature as usize]);
             node = n.children[usize::from(left)];
         }
         self.leaves[(!node) as usize]

@@ -338,6 +338,13 @@ fn training_evaluation_and_profile_files() {
             let want = back.predict_gpu(l, c.gpu_channels).expect("gpu");
             assert_eq!(c.gpu_ms, want);
         }
+        if c.gpu_channels < l.cout {
+            // The batched sweep scores the CPU part exactly as a single prediction does.
+            let want = back
+                .predict_cpu(l, l.cout - c.gpu_channels, 1)
+                .expect("cpu");
+            assert_eq!(c.cpu_ms, want);
+        }
     }
 
     // A bad profile names the file and the field.

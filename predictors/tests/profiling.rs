@@ -56,6 +56,12 @@ fn profiling_records_the_dispatch_and_resumes() {
     let s = measure::run(&mut profiler, &out, first, &plan(), "cpu", |_| {}).expect("profiling");
     assert_eq!((s.measured, s.skipped), (3, 0));
     let rows = dataset::read(&out).expect("dataset");
+    // Two rounds of one timed run each: every point's repetitions add up over the rounds.
+    assert!(
+        rows.iter().all(|r| r.reps == 2),
+        "{:?}",
+        rows.iter().map(|r| r.reps).collect::<Vec<_>>()
+    );
     assert_eq!(rows.len(), s.rows);
     for l in first {
         let key = config_key(l);
