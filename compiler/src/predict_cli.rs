@@ -48,6 +48,11 @@ pub struct ProfileArgs {
     /// medians (reproducible on a machine whose load changes).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Quiet gate, in percent: a round is kept only when a fixed reference layer, timed on the
+    /// same core before and after it, is within this much of its quiet time; rounds measured
+    /// in a slow phase of the machine are measured again (0 keeps every round).
+    #[arg(long, default_value_t = 8.0, value_name = "PERCENT")]
+    pub quiet_gate: f64,
     /// Models whose splittable layers are measured too (default: the zoo's `.tflite` files in
     /// `zoo/`, when that folder exists). `--models none` measures random layers only.
     #[arg(long, value_delimiter = ',')]
@@ -242,6 +247,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         seed: args.seed,
         points: args.points.max(1),
         rounds: args.rounds.max(1),
+        quiet_slack: args.quiet_gate.max(0.0) / 100.0,
         limits,
         measure: MeasureOptions {
             min_reps: args.reps.max(1),
@@ -271,6 +277,17 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         summary.skipped,
         summary.out_of_budget
     );
+    if plan.quiet_slack > 0.0 {
+        let g = summary.gate;
+        println!(
+            "quiet gate ({}%): {} rounds measured again after a slow phase; {} configuration \
+             sides without a quiet round (their least round kept); {:.1} s spent waiting",
+            args.quiet_gate,
+            g.discarded,
+            g.noisy,
+            g.waited.as_secs_f64()
+        );
+    }
     Ok(())
 }
 

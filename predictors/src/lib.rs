@@ -16,6 +16,7 @@ pub mod eval;
 pub mod features;
 pub mod forest;
 pub mod measure;
+pub mod quiet;
 #[cfg(feature = "lightgbm")]
 pub mod train;
 

@@ -16,6 +16,7 @@
 
 use crate::dataset::{self, config_key, Appender, DatasetError, Row};
 use crate::features::{cpu_executor, gpu_executor, record, Layer, OpKind};
+use crate::quiet::{gated_rounds, GateStats, QuietGate};
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -56,6 +57,9 @@ pub struct Plan {
     /// Rounds over a configuration's points: each point is measured once per round, and its
     /// latency is the least of its round medians (see [`run`]).
     pub rounds: usize,
+    /// Slack of the quiet gates ([`crate::quiet`]): a round is kept when the probes around it
+    /// are within this fraction of the probe's quiet time; 0 keeps every round.
+    pub quiet_slack: f64,
     pub limits: Limits,
     pub measure: MeasureOptions,
     /// Description of the machine setting, recorded with the dataset.
@@ -326,6 +330,15 @@ pub fn progress_line(p: &Progress) -> String {
     )
 }
 
+/// Longest wait for a quiet phase before a round is measured anyway (and then re-measured).
+pub const QUIET_MAX_WAIT: Duration = Duration::from_secs(2);
+
+/// The quiet gates of the two sides: the GPU's core and the CPU's.
+struct Gates {
+    gpu: QuietGate,
+    cpu: QuietGate,
+}
+
 /// Why profiling stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileRunError {
@@ -348,6 +361,8 @@ pub struct Summary {
     pub skipped: usize,
     pub rows: usize,
     pub out_of_budget: usize,
+    /// What the quiet gates did.
+    pub gate: GateStats,
 }
 
 /// Interleaves model configurations (first, deduplicated, within limits) with random ones.
@@ -414,6 +429,12 @@ pub fn run(
         skipped,
         rows: 0,
         out_of_budget: 0,
+        gate: GateStats::default(),
+    };
+    let gate = |slack| QuietGate::new(slack, QUIET_MAX_WAIT);
+    let mut gates = Gates {
+        gpu: gate(plan.quiet_slack),
+        cpu: gate(plan.quiet_slack),
     };
     let sync_options = MeasureOptions {
         min_reps: 15,
@@ -472,42 +493,57 @@ pub fn run(
             reps: 0,
             sync_ms: sync.median_ms,
         };
-        // Every point once per round, rounds one after the other: a slow phase of the
-        // machine (another tenant's memory traffic, a preempted thread) lasts longer than one
-        // point's repetitions, so it shifts that point's median; across rounds spread over the
-        // configuration's whole measuring time, the least median is the reproducible one.
+        // Rounds over the points, each between two probes of the reference layer on the
+        // same side (see `crate::quiet`): a slow phase of a core lasts seconds, longer than a
+        // configuration, so it shifts every point measured in it; rounds measured in one are
+        // measured again.
         let mut rows = Vec::new();
-        for round in 0..plan.rounds.max(1) {
-            // Kernels are compiled and caches warm after the first round: one warm-up run.
-            let options = MeasureOptions {
-                warmup: if round == 0 {
-                    plan.measure.warmup
-                } else {
-                    plan.measure.warmup.min(1)
+        let mut dispatches = Vec::new();
+        let gpu_times = gated_rounds(
+            &mut bench,
+            &mut gates.gpu,
+            plan.rounds,
+            &plan.measure,
+            &mut summary.gate,
+            |b, options| {
+                let mut times = Vec::with_capacity(gpu_points.len());
+                dispatches.clear();
+                for &g in &gpu_points {
+                    let (d, t) = b.gpu(g, options)?;
+                    dispatches.push(d);
+                    times.push(t);
+                }
+                Ok(times)
+            },
+            |b| b.probe_gpu(),
+        )
+        .map_err(gpu_err)?;
+        for ((&g, d), t) in gpu_points.iter().zip(&dispatches).zip(&gpu_times) {
+            let mut r = base(gpu_executor(layer, d.variant), 0, c - g, c);
+            r.variant = d.variant.name().to_string();
+            r.dispatch = record(d);
+            r.ms = t.median_ms;
+            r.reps = t.reps;
+            rows.push(r);
+        }
+        for &t in &plan.threads {
+            let cpu_times = gated_rounds(
+                &mut bench,
+                &mut gates.cpu,
+                plan.rounds,
+                &plan.measure,
+                &mut summary.gate,
+                |b, options| {
+                    Ok::<_, GpuError>(cpu_points.iter().map(|&cc| b.cpu(cc, t, options)).collect())
                 },
-                ..plan.measure
-            };
-            let mut i = 0;
-            for &g in &gpu_points {
-                let (d, t) = bench.gpu(g, &options).map_err(gpu_err)?;
-                if round == 0 {
-                    let mut r = base(gpu_executor(layer, d.variant), 0, c - g, c);
-                    r.variant = d.variant.name().to_string();
-                    r.dispatch = record(&d);
-                    rows.push(r);
-                }
-                keep_least(&mut rows[i], t.median_ms, t.reps, round);
-                i += 1;
-            }
-            for &t in &plan.threads {
-                for &cc in &cpu_points {
-                    let timing = bench.cpu(cc, t, &options);
-                    if round == 0 {
-                        rows.push(base(cpu_executor(layer.op, t), t, 0, cc));
-                    }
-                    keep_least(&mut rows[i], timing.median_ms, timing.reps, round);
-                    i += 1;
-                }
+                |b| Ok(b.probe_cpu()),
+            )
+            .map_err(gpu_err)?;
+            for (&cc, timing) in cpu_points.iter().zip(&cpu_times) {
+                let mut r = base(cpu_executor(layer.op, t), t, 0, cc);
+                r.ms = timing.median_ms;
+                r.reps = timing.reps;
+                rows.push(r);
             }
         }
         appender.append(&rows)?;
@@ -523,16 +559,6 @@ pub fn run(
         current: "done".into(),
     });
     Ok(summary)
-}
-
-/// Folds one round's median into a row: the least median so far, the repetitions summed.
-fn keep_least(row: &mut Row, median_ms: f64, reps: usize, round: usize) {
-    row.ms = if round == 0 {
-        median_ms
-    } else {
-        row.ms.min(median_ms)
-    };
-    row.reps += reps;
 }
 
 fn fnv(s: &str) -> u64 {

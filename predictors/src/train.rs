@@ -170,6 +170,23 @@ pub fn lightgbm_predict(booster: &Booster, x: &[Vec<f64>]) -> Result<Vec<f64>, T
     booster.predict(&flat, nf as i32, true).map_err(lgb)
 }
 
+/// How much worse (relative) than the best cross-validated MAPE a cheaper forest may be and
+/// still be chosen: 2% of the MAPE (5.0% against 4.9%), well inside the folds' own spread.
+pub const CHEAPER_TOLERANCE: f64 = 0.02;
+
+/// The search's choice among `(cv MAPE, params)`: the cheapest forest to evaluate (trees times
+/// leaves; the planner sweeps every split of every layer through it) whose MAPE is within
+/// [`CHEAPER_TOLERANCE`] of the best, the lower MAPE among equally cheap ones.
+pub fn cheapest_within_tolerance(scored: &[(f64, Params)]) -> Option<(f64, Params)> {
+    let best = scored.iter().map(|(m, _)| *m).reduce(f64::min)?;
+    let cost = |p: &Params| u64::from(p.num_iterations) * u64::from(p.num_leaves);
+    scored
+        .iter()
+        .filter(|(m, _)| *m <= best * (1.0 + CHEAPER_TOLERANCE))
+        .min_by(|(ma, pa), (mb, pb)| cost(pa).cmp(&cost(pb)).then(ma.total_cmp(mb)))
+        .copied()
+}
+
 /// Mean MAPE over 3 folds grouped by configuration (`None` when too few configurations).
 fn cv_mape(rows: &[&Row], x: &[Vec<f64>], params: &Params) -> Result<Option<f64>, TrainError> {
     let folds = 3;
@@ -293,15 +310,13 @@ pub fn train(
         }
         let x: Vec<Vec<f64>> = train_rows.iter().map(|r| row_features(r, true)).collect();
         let y: Vec<f64> = train_rows.iter().map(|r| r.ms).collect();
-        let mut best: Option<(f64, Params)> = None;
+        let mut scored = Vec::new();
         for p in grid() {
             if let Some(m) = cv_mape(&train_rows, &x, &p)? {
-                if best.is_none_or(|(b, _)| m < b) {
-                    best = Some((m, p));
-                }
+                scored.push((m, p));
             }
         }
-        let (cv, params) = match best {
+        let (cv, params) = match cheapest_within_tolerance(&scored) {
             Some((m, p)) => (Some(m), p),
             None => (None, grid()[5]),
         };
@@ -407,4 +422,36 @@ pub fn today() -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(num_leaves: u32, num_iterations: u32) -> Params {
+        Params {
+            num_leaves,
+            min_data_in_leaf: 2,
+            learning_rate: 0.1,
+            num_iterations,
+        }
+    }
+
+    #[test]
+    fn the_search_takes_the_cheapest_forest_within_the_tolerance_of_the_best() {
+        let scored = [
+            (5.00, p(31, 200)),
+            (5.08, p(15, 80)),
+            (5.09, p(7, 80)),
+            (6.00, p(7, 80)),
+        ];
+        // 5.08 and 5.09 are within 2% of 5.00; 7 x 80 is the cheapest of them.
+        assert_eq!(cheapest_within_tolerance(&scored), Some((5.09, p(7, 80))));
+        let scored = [(5.00, p(31, 200)), (5.20, p(7, 80))];
+        assert_eq!(cheapest_within_tolerance(&scored), Some((5.00, p(31, 200))));
+        // Equally cheap: the lower MAPE.
+        let scored = [(5.05, p(15, 80)), (5.01, p(15, 80)), (5.0, p(31, 200))];
+        assert_eq!(cheapest_within_tolerance(&scored), Some((5.01, p(15, 80))));
+        assert_eq!(cheapest_within_tolerance(&[]), None);
+    }
 }

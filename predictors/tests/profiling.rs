@@ -17,6 +17,7 @@ fn plan() -> Plan {
         seed: 3,
         points: 3,
         rounds: 2,
+        quiet_slack: 0.0,
         limits: Limits::default(),
         measure: MeasureOptions {
             warmup: 1,
@@ -93,6 +94,37 @@ fn profiling_records_the_dispatch_and_resumes() {
     let more = measure::random_layers(&[OpKind::Linear], 1, 99, &Limits::default());
     let s = measure::run(&mut profiler, &out, &more, &p, "cpu", |_| {}).expect("budget");
     assert_eq!((s.measured, s.out_of_budget), (0, 1));
+}
+
+/// With the quiet gate on, both sides calibrate on the probe layer and every point is the
+/// least of its kept rounds: as many repetitions as quiet rounds (two here when no round was
+/// discarded); at most twice the rounds are attempted.
+#[test]
+fn the_quiet_gate_probes_both_sides_and_keeps_quiet_rounds() {
+    let mut profiler = match Profiler::open(false) {
+        Ok(p) => p,
+        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("d.csv");
+    let layers = &small_layers()[..2];
+    let mut p = plan();
+    p.threads = vec![1];
+    p.quiet_slack = 0.25;
+    let s = measure::run(&mut profiler, &out, layers, &p, "cpu", |_| {}).expect("profiling");
+    assert_eq!(s.measured, 2);
+    // Calibration alone is 2 x 12 probes, 150 ms apart.
+    assert!(s.gate.waited >= Duration::from_secs(3), "{:?}", s.gate);
+    let rows = dataset::read(&out).expect("dataset");
+    assert_eq!(rows.len(), s.rows);
+    for r in &rows {
+        assert!(r.ms > 0.0, "{r:?}");
+        if s.gate.discarded == 0 {
+            assert_eq!(r.reps, 2, "{r:?} {:?}", s.gate);
+        } else {
+            assert!((1..=4).contains(&r.reps), "{r:?} {:?}", s.gate);
+        }
+    }
 }
 
 /// Grouped convolutions (refactorized depthwise layers) are profiled with executors of their

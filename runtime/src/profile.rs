@@ -9,6 +9,9 @@
 //!   the enqueue to the flag, so launch cost is included.
 //! - [`LayerBench::cpu`] times output channels `[0, c)` on the CPU kernels with a pinned
 //!   [`ThreadPool`] of `t` threads.
+//! - [`LayerBench::probe_gpu`] and [`LayerBench::probe_cpu`] time the fixed [`probe_layer`]
+//!   (placed in the same arena, after the layer) on either side: a reference whose latency only
+//!   changes when the machine's speed does (`tandem profile`'s quiet gate).
 //! - [`LayerBench::sync`] times one join: the GPU queue spins in the polling wait kernel, the CPU
 //!   stores its flag, the GPU's signal kernel answers and the CPU sees it.
 //! - Every measurement runs `warmup` untimed runs first (PoCL compiles a kernel per work-group
@@ -373,85 +376,26 @@ impl Profiler {
 
     /// Prepares `op` for measurement: random weights and input (from `seed`), the CPU weights,
     /// and the GPU weights of every kernel variant the GPU channel counts `gpu_counts` dispatch
-    /// to (uploaded once).
+    /// to (uploaded once). The bench also holds the fixed [`probe_layer`], placed after the
+    /// layer in the same arena, for [`LayerBench::probe_gpu`] and [`LayerBench::probe_cpu`].
     pub fn layer(
         &mut self,
         op: &LayerOp,
         gpu_counts: &[usize],
         seed: u64,
     ) -> Result<LayerBench<'_>, GpuError> {
-        let c = op.channels();
         let mut rng = Rng::new(seed);
-        let weights = rng.uniform(op.weight_len(), 0.1);
-        let bias = rng.uniform(c, 0.1);
-        let kernel = op.kernel();
-        let cpu_weights = match op {
-            LayerOp::Conv(p) => pack_conv_weights(&weights, p),
-            _ => weights.clone(),
-        };
-        // Tensors: 0 input, 1 output (arena), then GPU constants per variant.
-        let in_shape = op.input_shape();
-        let out_shape = op.output_shape();
-        let in_bytes = in_shape.iter().product::<usize>() * 4;
-        let out_offset = in_bytes.div_ceil(64) * 64;
-        let out_bytes = out_shape.iter().product::<usize>() * 4;
-        let arena_bytes = out_offset + out_bytes.div_ceil(64) * 64;
-        let mut tensors = vec![
-            TensorDesc {
-                name: "input".into(),
-                dtype: DType::F32,
-                shape: in_shape.clone(),
-                storage: Storage::Arena { offset: 0 },
-            },
-            TensorDesc {
-                name: "output".into(),
-                dtype: DType::F32,
-                shape: out_shape,
-                storage: Storage::Arena { offset: out_offset },
-            },
-        ];
-        let mut gpu_weights: Vec<f32> = Vec::new();
-        let mut steps = Vec::new();
-        let mut by_variant: HashMap<Variant, usize> = HashMap::new();
-        for &g in gpu_counts {
-            let g = g.min(c);
-            if g == 0 {
-                continue;
-            }
-            let variant = decide(&kernel, c - g..c, &self.info).variant;
-            if by_variant.contains_key(&variant) {
-                continue;
-            }
-            let (w, b) = gpu_constants(&kernel, variant, &weights, Some(&bias))
-                .ok_or_else(|| GpuError::Mismatch(format!("{} has no GPU weights", op.kind())))?;
-            let mut constant = |values: &[f32], what: &str| {
-                let offset = gpu_weights.len().div_ceil(16) * 16;
-                gpu_weights.resize(offset, 0.0);
-                gpu_weights.extend_from_slice(values);
-                tensors.push(TensorDesc {
-                    name: format!("{what} ({})", variant.name()),
-                    dtype: DType::F32,
-                    shape: vec![values.len()],
-                    storage: Storage::Constant { offset },
-                });
-                tensors.len() - 1
-            };
-            let wt = constant(&w, "weights");
-            let bt = b.map(|b| constant(&b, "bias"));
-            by_variant.insert(variant, steps.len());
-            steps.push(Step {
-                name: format!("{} {}", op.kind(), variant.name()),
-                kernel: kernel.clone(),
-                inputs: vec![Some(0)],
-                outputs: vec![1],
-                placement: if g == c {
-                    Placement::Gpu
-                } else {
-                    Placement::Split { gpu_channels: g }
-                },
-                gpu_operands: vec![Some(0), Some(wt), bt],
-            });
-        }
+        let mut layout = Layout::default();
+        let main = layout.add(op, gpu_counts, &mut rng, &self.info)?;
+        let probe_op = probe_layer();
+        let probe = layout.add(&probe_op, &[probe_op.channels()], &mut rng, &self.info)?;
+        let Layout {
+            tensors,
+            steps,
+            gpu_weights,
+            arena_bytes,
+            inputs,
+        } = layout;
         let artifact = Artifact {
             producer: "tandem profile".into(),
             model: format!("one {}", op.kind()),
@@ -474,17 +418,17 @@ impl Profiler {
         let mut backend = GpuBackend::new(dev, &artifact)?;
         backend.programs = programs;
         self.backend = Some(backend);
-        let input = rng.uniform(in_shape.iter().product(), 1.0);
-        arena.slice(0, input.len()).copy_from_slice(&input);
+        for (offset, values) in inputs {
+            arena
+                .slice(offset, values.len())
+                .copy_from_slice(&values);
+        }
         Ok(LayerBench {
             profiler: self,
-            op: op.clone(),
             artifact,
-            by_variant,
             arena,
-            out_offset: out_offset / 4,
-            cpu_weights,
-            bias,
+            main,
+            probe,
         })
     }
 
@@ -495,6 +439,140 @@ impl Profiler {
     }
 }
 
+/// The fixed reference layer every [`LayerBench`] carries: a 3x3 depthwise convolution of 256
+/// channels on 40x40 (3.3 MB of activations: past the core's L2, so that it feels the shared
+/// cache and memory traffic as well as the core's own speed; a fraction of a millisecond on
+/// either side here). Its latency only moves when the machine does (another tenant on the
+/// core's sibling hyperthread, on the shared cache or the memory bus), so `tandem profile`
+/// uses it to tell quiet phases from slow ones.
+pub fn probe_layer() -> LayerOp {
+    LayerOp::Depthwise(DepthwiseParams {
+        input: [1, 40, 40, 256],
+        output: [1, 40, 40, 256],
+        kernel: [3, 3],
+        stride: [1, 1],
+        dilation: [1, 1],
+        pad: [1, 1],
+        multiplier: 1,
+        activation: crate::cpu::Activation::None,
+    })
+}
+
+/// One layer's place in a bench: arena offsets (in floats), CPU weights and the artifact step
+/// of each GPU variant.
+struct Placed {
+    op: LayerOp,
+    in_offset: usize,
+    out_offset: usize,
+    cpu_weights: Vec<f32>,
+    bias: Vec<f32>,
+    by_variant: HashMap<Variant, usize>,
+}
+
+/// The artifact and arena contents of a bench, built one layer at a time.
+#[derive(Default)]
+struct Layout {
+    tensors: Vec<TensorDesc>,
+    steps: Vec<Step>,
+    gpu_weights: Vec<f32>,
+    arena_bytes: usize,
+    /// Arena contents: (offset in floats, values).
+    inputs: Vec<(usize, Vec<f32>)>,
+}
+
+impl Layout {
+    /// Places `op`: its input and output in the arena (64-byte aligned, after what is there),
+    /// random weights, bias and input, and the GPU constants of each variant `gpu_counts`
+    /// dispatch to.
+    fn add(
+        &mut self,
+        op: &LayerOp,
+        gpu_counts: &[usize],
+        rng: &mut Rng,
+        info: &DeviceInfo,
+    ) -> Result<Placed, GpuError> {
+        let c = op.channels();
+        let weights = rng.uniform(op.weight_len(), 0.1);
+        let bias = rng.uniform(c, 0.1);
+        let kernel = op.kernel();
+        let cpu_weights = match op {
+            LayerOp::Conv(p) => pack_conv_weights(&weights, p),
+            _ => weights.clone(),
+        };
+        let in_shape = op.input_shape();
+        let out_shape = op.output_shape();
+        let in_offset = self.arena_bytes;
+        let in_bytes = in_shape.iter().product::<usize>() * 4;
+        let out_offset = in_offset + in_bytes.div_ceil(64) * 64;
+        let out_bytes = out_shape.iter().product::<usize>() * 4;
+        self.arena_bytes = out_offset + out_bytes.div_ceil(64) * 64;
+        let input_tensor = self.tensors.len();
+        self.tensors.push(TensorDesc {
+            name: format!("{} input", op.kind()),
+            dtype: DType::F32,
+            shape: in_shape.clone(),
+            storage: Storage::Arena { offset: in_offset },
+        });
+        let output_tensor = self.tensors.len();
+        self.tensors.push(TensorDesc {
+            name: format!("{} output", op.kind()),
+            dtype: DType::F32,
+            shape: out_shape,
+            storage: Storage::Arena { offset: out_offset },
+        });
+        let mut by_variant: HashMap<Variant, usize> = HashMap::new();
+        for &g in gpu_counts {
+            let g = g.min(c);
+            if g == 0 {
+                continue;
+            }
+            let variant = decide(&kernel, c - g..c, info).variant;
+            if by_variant.contains_key(&variant) {
+                continue;
+            }
+            let (w, b) = gpu_constants(&kernel, variant, &weights, Some(&bias))
+                .ok_or_else(|| GpuError::Mismatch(format!("{} has no GPU weights", op.kind())))?;
+            let mut constant = |values: &[f32], what: &str| {
+                let offset = self.gpu_weights.len().div_ceil(16) * 16;
+                self.gpu_weights.resize(offset, 0.0);
+                self.gpu_weights.extend_from_slice(values);
+                self.tensors.push(TensorDesc {
+                    name: format!("{what} ({})", variant.name()),
+                    dtype: DType::F32,
+                    shape: vec![values.len()],
+                    storage: Storage::Constant { offset },
+                });
+                self.tensors.len() - 1
+            };
+            let wt = constant(&w, "weights");
+            let bt = b.map(|b| constant(&b, "bias"));
+            by_variant.insert(variant, self.steps.len());
+            self.steps.push(Step {
+                name: format!("{} {}", op.kind(), variant.name()),
+                kernel: kernel.clone(),
+                inputs: vec![Some(input_tensor)],
+                outputs: vec![output_tensor],
+                placement: if g == c {
+                    Placement::Gpu
+                } else {
+                    Placement::Split { gpu_channels: g }
+                },
+                gpu_operands: vec![Some(input_tensor), Some(wt), bt],
+            });
+        }
+        let input = rng.uniform(in_shape.iter().product(), 1.0);
+        self.inputs.push((in_offset / 4, input));
+        Ok(Placed {
+            op: op.clone(),
+            in_offset: in_offset / 4,
+            out_offset: out_offset / 4,
+            cpu_weights,
+            bias,
+            by_variant,
+        })
+    }
+}
+
 fn deadline_error(deadline: Duration, waiting: &str) -> GpuError {
     GpuError::Deadline {
         deadline_ms: deadline.as_millis() as u64,
@@ -502,16 +580,23 @@ fn deadline_error(deadline: Duration, waiting: &str) -> GpuError {
     }
 }
 
+/// How the probe is timed: short, so that probing before and after each round costs little
+/// next to the round.
+pub const PROBE_OPTIONS: MeasureOptions = MeasureOptions {
+    warmup: 1,
+    min_reps: 3,
+    max_reps: 5,
+    target_ms: 1.0,
+    deadline: Duration::from_secs(20),
+};
+
 /// One layer ready to be timed (see [`Profiler::layer`]).
 pub struct LayerBench<'p> {
     profiler: &'p mut Profiler,
-    op: LayerOp,
     artifact: Artifact,
-    by_variant: HashMap<Variant, usize>,
     arena: Arena,
-    out_offset: usize,
-    cpu_weights: Vec<f32>,
-    bias: Vec<f32>,
+    main: Placed,
+    probe: Placed,
 }
 
 impl LayerBench<'_> {
@@ -523,34 +608,71 @@ impl LayerBench<'_> {
         g: usize,
         options: &MeasureOptions,
     ) -> Result<(Dispatch, Timing), GpuError> {
-        let c = self.op.channels();
+        Self::time_gpu(
+            self.profiler,
+            &self.artifact,
+            &mut self.arena,
+            &self.main,
+            g,
+            options,
+        )
+    }
+
+    /// Times output channels `[0, c)` on the CPU with `threads` threads.
+    pub fn cpu(&mut self, c: usize, threads: usize, options: &MeasureOptions) -> Timing {
+        Self::time_cpu(self.profiler, &mut self.arena, &self.main, c, threads, options)
+    }
+
+    /// The GPU time of the whole [`probe_layer`] (ms), measured with [`PROBE_OPTIONS`].
+    pub fn probe_gpu(&mut self) -> Result<f64, GpuError> {
+        let c = self.probe.op.channels();
+        Self::time_gpu(
+            self.profiler,
+            &self.artifact,
+            &mut self.arena,
+            &self.probe,
+            c,
+            &PROBE_OPTIONS,
+        )
+        .map(|(_, t)| t.median_ms)
+    }
+
+    /// The CPU time of the whole [`probe_layer`] on one thread (ms), with [`PROBE_OPTIONS`].
+    pub fn probe_cpu(&mut self) -> f64 {
+        let c = self.probe.op.channels();
+        Self::time_cpu(self.profiler, &mut self.arena, &self.probe, c, 1, &PROBE_OPTIONS).median_ms
+    }
+
+    fn time_gpu(
+        profiler: &mut Profiler,
+        artifact: &Artifact,
+        arena: &mut Arena,
+        layer: &Placed,
+        g: usize,
+        options: &MeasureOptions,
+    ) -> Result<(Dispatch, Timing), GpuError> {
+        let c = layer.op.channels();
         let range = c - g.min(c)..c;
-        let kernel = self.op.kernel();
-        let d = decide(&kernel, range.clone(), &self.profiler.info);
-        let step = *self.by_variant.get(&d.variant).ok_or_else(|| {
+        let kernel = layer.op.kernel();
+        let d = decide(&kernel, range.clone(), &profiler.info);
+        let step = *layer.by_variant.get(&d.variant).ok_or_else(|| {
             GpuError::Mismatch(format!(
                 "{} GPU channels dispatch to {}, which this layer was not prepared for",
                 g,
                 d.variant.name()
             ))
         })?;
-        let arena = ArenaMem::Svm(self.arena.ptr().cast());
+        let arena = ArenaMem::Svm(arena.ptr().cast());
         let timing = measure(options, || {
-            let e = self.profiler.next_epoch();
+            let e = profiler.next_epoch();
             let deadline = options.deadline;
             let start = Instant::now();
-            let flags = &self.profiler.flags;
-            let backend = self
-                .profiler
+            let flags = &profiler.flags;
+            let backend = profiler
                 .backend
                 .as_mut()
                 .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
-            backend.enqueue_step(
-                &self.artifact,
-                &self.artifact.steps[step],
-                range.clone(),
-                arena,
-            )?;
+            backend.enqueue_step(artifact, &artifact.steps[step], range.clone(), arena)?;
             backend.signal(flags, GPU_DONE, e)?;
             backend
                 .dev
@@ -569,27 +691,33 @@ impl LayerBench<'_> {
         Ok((d, timing))
     }
 
-    /// Times output channels `[0, c)` on the CPU with `threads` threads.
-    pub fn cpu(&mut self, c: usize, threads: usize, options: &MeasureOptions) -> Timing {
-        let c = c.min(self.op.channels());
-        let op = self.op.clone();
-        let out_offset = self.out_offset;
+    fn time_cpu(
+        profiler: &mut Profiler,
+        arena: &mut Arena,
+        layer: &Placed,
+        c: usize,
+        threads: usize,
+        options: &MeasureOptions,
+    ) -> Timing {
+        let op = &layer.op;
+        let c = c.min(op.channels());
         let in_len: usize = op.input_shape().iter().product();
         let out_len: usize = op.output_shape().iter().product();
-        let base = self.arena.ptr();
-        // SAFETY: input [0, in_len) and output [out_offset, out_offset + out_len) are disjoint
-        // ranges of the arena (the output starts past the input, 64-byte aligned).
+        let base = arena.ptr();
+        // SAFETY: a placed layer's input [in_offset, in_offset + in_len) and output
+        // [out_offset, out_offset + out_len) are disjoint ranges of the arena (the output
+        // starts past the input, 64-byte aligned).
         let (input, out) = unsafe {
             (
-                std::slice::from_raw_parts(base, in_len),
-                std::slice::from_raw_parts_mut(base.add(out_offset), out_len),
+                std::slice::from_raw_parts(base.add(layer.in_offset), in_len),
+                std::slice::from_raw_parts_mut(base.add(layer.out_offset), out_len),
             )
         };
-        let (w, b) = (&self.cpu_weights, Some(self.bias.as_slice()));
-        let pool = self.profiler.pool(threads);
+        let (w, b) = (&layer.cpu_weights, Some(layer.bias.as_slice()));
+        let pool = profiler.pool(threads);
         let r: Result<Timing, std::convert::Infallible> = measure(options, || {
             let start = Instant::now();
-            match &op {
+            match op {
                 LayerOp::Conv(p) => conv2d(input, w, b, out, p, 0, c, pool),
                 LayerOp::Depthwise(p) => depthwise_conv2d(input, w, b, out, p, 0, c, pool),
                 LayerOp::Linear(p) => fully_connected(input, w, b, out, p, 0, c, pool),

@@ -1,0 +1,285 @@
+//! The quiet gate of `tandem profile`: measure only while the machine runs at its usual speed.
+//!
+//! On a shared machine a core can run 1.4–1.8x slower for seconds at a time (another tenant on
+//! its sibling hyperthread or on the memory bus; no steal time shows it). Every point of a
+//! configuration measured in such a phase comes out slow together, and no number of
+//! repetitions within the configuration removes it: two profiling runs then disagree by
+//! 6–12% on the GPU side. The gate times a fixed reference layer (the probe,
+//! [`tandem_runtime::profile::probe_layer`]) on the same core before and after each round of a
+//! configuration's points, and keeps a round only when both probes are within `slack` of the
+//! probe's quiet time: the 10th percentile of the recent probe times (the least one is a lucky
+//! outlier on a busy machine, and the typical one includes the slow phases).
+//!
+//! Contracts:
+//! - [`QuietGate::record`] says whether one probe time is quiet, against the window including it.
+//! - [`QuietGate::wait`] probes (at least [`CALIBRATION`] times in all, to learn the quiet time)
+//!   until a probe is quiet or `max_wait` has passed; it never blocks longer than `max_wait`
+//!   plus one probe.
+//! - [`gated_rounds`] measures `rounds` quiet rounds of a set of points, at most twice as many
+//!   attempts; a point's latency is the least of its quiet round medians, or, when no round was
+//!   quiet, the least of all (counted in [`GateStats::noisy`]).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use tandem_runtime::profile::{MeasureOptions, Timing};
+
+/// Probes the gate takes before it trusts its quiet time, [`CALIBRATION_PAUSE`] apart (about
+/// 2 s: most slow phases are shorter). A run that starts in a longer slow phase keeps rounds
+/// measured in it until the first quiet probe lowers the quiet time.
+pub const CALIBRATION: usize = 12;
+const CALIBRATION_PAUSE: Duration = Duration::from_millis(150);
+
+/// Probe times the quiet time is the least of (several minutes of profiling): long enough to
+/// span a slow phase, short enough to follow a lasting change of the machine.
+const WINDOW: usize = 2000;
+
+/// Pause between probes while waiting for a quiet phase.
+const PAUSE: Duration = Duration::from_millis(40);
+
+/// The gate of one side (the GPU's core or the CPU's).
+#[derive(Debug, Clone)]
+pub struct QuietGate {
+    /// A probe within `quiet time × (1 + slack)` is quiet; 0 turns the gate off.
+    slack: f64,
+    max_wait: Duration,
+    history: VecDeque<f64>,
+}
+
+/// What the gates did over a profiling run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GateStats {
+    /// Rounds measured in a slow phase and not kept.
+    pub discarded: usize,
+    /// Sides of configurations (GPU, CPU) with no quiet round: their least round is kept.
+    pub noisy: usize,
+    /// Time spent waiting for quiet phases (probes included).
+    pub waited: Duration,
+}
+
+impl QuietGate {
+    /// A gate with relative `slack` (e.g. 0.06; 0 turns it off) that waits at most `max_wait`.
+    pub fn new(slack: f64, max_wait: Duration) -> QuietGate {
+        QuietGate {
+            slack: slack.max(0.0),
+            max_wait,
+            history: VecDeque::new(),
+        }
+    }
+
+    /// Whether the gate is on.
+    pub fn enabled(&self) -> bool {
+        self.slack > 0.0
+    }
+
+    /// The probe's quiet time: the 10th percentile of the recent window (`None` before any
+    /// probe).
+    pub fn quiet_ms(&self) -> Option<f64> {
+        let mut v: Vec<f64> = self.history.iter().copied().collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(v[(v.len() - 1) / 10])
+    }
+
+    /// Adds a probe time; whether it is quiet.
+    pub fn record(&mut self, probe_ms: f64) -> bool {
+        if self.history.len() == WINDOW {
+            self.history.pop_front();
+        }
+        self.history.push_back(probe_ms);
+        self.quiet_ms()
+            .is_some_and(|q| probe_ms <= q * (1.0 + self.slack))
+    }
+
+    /// Probes until a probe is quiet (after calibrating) or `max_wait` has passed; whether the
+    /// machine is quiet now. A failing probe's error is returned.
+    pub fn wait<E>(
+        &mut self,
+        stats: &mut GateStats,
+        mut probe: impl FnMut() -> Result<f64, E>,
+    ) -> Result<bool, E> {
+        let start = Instant::now();
+        while self.history.len() + 1 < CALIBRATION {
+            self.record(probe()?);
+            std::thread::sleep(CALIBRATION_PAUSE);
+        }
+        let quiet = loop {
+            if self.record(probe()?) {
+                break true;
+            }
+            if start.elapsed() >= self.max_wait {
+                break false;
+            }
+            std::thread::sleep(PAUSE);
+        };
+        stats.waited += start.elapsed();
+        Ok(quiet)
+    }
+}
+
+/// Elementwise: the least median, the repetitions summed.
+fn fold(acc: &mut Option<Vec<Timing>>, round: &[Timing]) {
+    match acc {
+        None => *acc = Some(round.to_vec()),
+        Some(a) => {
+            for (x, t) in a.iter_mut().zip(round) {
+                x.median_ms = x.median_ms.min(t.median_ms);
+                x.reps += t.reps;
+            }
+        }
+    }
+}
+
+/// Measures `rounds` rounds of a set of points with `round` (one timing per point, in a fixed
+/// order), each round between two probes of `gate` (`probe` times the reference layer on the
+/// same side). See the module docs. The first attempt uses `measure`'s warm-up, later ones at
+/// most one run (kernels are compiled and caches warm by then).
+pub fn gated_rounds<B, E>(
+    bench: &mut B,
+    gate: &mut QuietGate,
+    rounds: usize,
+    measure: &MeasureOptions,
+    stats: &mut GateStats,
+    mut round: impl FnMut(&mut B, &MeasureOptions) -> Result<Vec<Timing>, E>,
+    mut probe: impl FnMut(&mut B) -> Result<f64, E>,
+) -> Result<Vec<Timing>, E> {
+    let rounds = rounds.max(1);
+    let attempts = if gate.enabled() { 2 * rounds } else { rounds };
+    let (mut quiet, mut all) = (None, None);
+    let mut kept = 0;
+    for attempt in 0..attempts {
+        if kept == rounds {
+            break;
+        }
+        let before = !gate.enabled() || gate.wait(stats, || probe(bench))?;
+        let options = MeasureOptions {
+            warmup: if attempt == 0 {
+                measure.warmup
+            } else {
+                measure.warmup.min(1)
+            },
+            ..*measure
+        };
+        let times = round(bench, &options)?;
+        let after = !gate.enabled() || gate.record(probe(bench)?);
+        fold(&mut all, &times);
+        if before && after {
+            fold(&mut quiet, &times);
+            kept += 1;
+        } else {
+            stats.discarded += 1;
+        }
+    }
+    if quiet.is_none() {
+        stats.noisy += 1;
+    }
+    Ok(quiet.or(all).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: f64) -> Timing {
+        Timing {
+            median_ms: ms,
+            reps: 1,
+        }
+    }
+
+    #[test]
+    fn a_probe_is_quiet_within_the_slack_of_the_tenth_percentile_of_recent_probes() {
+        let mut g = QuietGate::new(0.06, Duration::ZERO);
+        assert!(g.record(1.0));
+        assert!(g.record(1.05));
+        assert!(!g.record(1.07));
+        assert!(g.record(0.9));
+        assert!(!g.record(1.0));
+        assert_eq!(g.quiet_ms(), Some(0.9));
+        // With 20 probes the quiet time is the second least: one lucky probe does not set it.
+        for _ in 0..14 {
+            g.record(1.3);
+        }
+        g.record(0.5);
+        assert_eq!(g.history.len(), 20);
+        assert_eq!(g.quiet_ms(), Some(0.9));
+        assert!(g.record(0.95));
+        assert!(!g.record(1.02));
+    }
+
+    #[test]
+    fn rounds_in_a_slow_phase_are_discarded_and_remeasured() {
+        // The machine: quiet (probe 1.0) while the gate calibrates and for its first probe,
+        // slow (1.5) for the next two probes, quiet after.
+        let mut g = QuietGate::new(0.06, Duration::from_secs(5));
+        let mut stats = GateStats::default();
+        // The bench: probes taken so far; a round measures 2 points, 3x slower when slow.
+        let mut probes = 0usize;
+        let slow = |p: usize| (CALIBRATION..CALIBRATION + 2).contains(&p);
+        let times = gated_rounds(
+            &mut probes,
+            &mut g,
+            2,
+            &MeasureOptions::default(),
+            &mut stats,
+            |p, _| Ok::<_, ()>(if slow(*p) { vec![t(3.0), t(6.0)] } else { vec![t(1.0), t(2.0)] }),
+            |p| {
+                *p += 1;
+                Ok(if slow(*p - 1) { 1.5 } else { 1.0 })
+            },
+        )
+        .unwrap();
+        assert_eq!(times.iter().map(|t| t.median_ms).collect::<Vec<_>>(), [1.0, 2.0]);
+        assert_eq!(times[0].reps, 2, "two quiet rounds kept");
+        assert_eq!(stats.discarded, 1, "{stats:?}");
+        assert_eq!(stats.noisy, 0);
+    }
+
+    #[test]
+    fn without_a_quiet_round_the_least_of_all_is_kept_and_counted() {
+        let mut g = QuietGate::new(0.06, Duration::from_millis(1));
+        let mut stats = GateStats::default();
+        // After calibration, probes alternate quiet and slow: every round has a slow probe
+        // after it.
+        let mut n = 0usize;
+        let mut k = 0usize;
+        let times = gated_rounds(
+            &mut n,
+            &mut g,
+            2,
+            &MeasureOptions::default(),
+            &mut stats,
+            |_, _| {
+                k += 1;
+                Ok::<_, ()>(vec![t(5.0 - k as f64)])
+            },
+            |n| {
+                *n += 1;
+                Ok(if *n <= CALIBRATION || *n % 2 == 0 { 1.0 } else { 2.0 })
+            },
+        )
+        .unwrap();
+        assert_eq!(stats.noisy, 1, "{stats:?}");
+        assert_eq!(stats.discarded, 4, "{stats:?}");
+        assert_eq!(times[0].median_ms, 1.0, "the least of the four attempts");
+    }
+
+    #[test]
+    fn an_off_gate_measures_exactly_the_rounds_and_never_probes() {
+        let mut g = QuietGate::new(0.0, Duration::from_secs(1));
+        let mut stats = GateStats::default();
+        let times = gated_rounds(
+            &mut (),
+            &mut g,
+            3,
+            &MeasureOptions::default(),
+            &mut stats,
+            |_, _| Ok::<_, ()>(vec![t(1.0)]),
+            |_| panic!("probed with the gate off"),
+        )
+        .unwrap();
+        assert_eq!(times[0].reps, 3);
+        assert_eq!(stats, GateStats::default());
+    }
+}
