@@ -88,6 +88,11 @@ pub struct TrainArgs {
     /// Also write the training report (per-executor accuracy and ablations) as JSON.
     #[arg(long, value_name = "R.json")]
     pub report_json: Option<PathBuf>,
+    /// Add the CPU rows of another dataset of the same device and CPU (configurations the
+    /// main dataset has are not taken twice). For an earlier run measured without the quiet
+    /// gate: its CPU side repeats within 3%, its GPU side does not. Repeatable.
+    #[arg(long, value_name = "OTHER.csv")]
+    pub add_cpu: Vec<PathBuf>,
 }
 
 /// `tandem eval`: MAPE and ±10% share of a profile's predictions per executor.
@@ -301,7 +306,26 @@ pub fn train(_args: &TrainArgs) -> Result<()> {
 #[cfg(feature = "lightgbm")]
 pub fn train(args: &TrainArgs) -> Result<()> {
     use tandem_predictors::train::{self, DeviceMeta};
-    let rows = dataset::read(&args.dataset)?;
+    let mut rows = dataset::read(&args.dataset)?;
+    let mut name = args
+        .dataset
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for other in &args.add_cpu {
+        let added = cpu_rows_of(other, &rows)?;
+        eprintln!(
+            "{}: {} CPU rows of configurations {} lacks",
+            other.display(),
+            added.len(),
+            args.dataset.display()
+        );
+        name.push_str(&format!(
+            " + CPU rows of {}",
+            other.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+        ));
+        rows.extend(added);
+    }
     let sidecar = device_sidecar(&args.dataset);
     let text = std::fs::read_to_string(&sidecar).with_context(|| {
         format!(
@@ -311,11 +335,6 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     })?;
     let meta: Sidecar = serde_json::from_str(&text)
         .with_context(|| format!("{}: not a device description", sidecar.display()))?;
-    let name = args
-        .dataset
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let (profile, report) = train::train(
         &rows,
         DeviceMeta {
@@ -339,6 +358,31 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         args.output.display()
     );
     Ok(())
+}
+
+/// The CPU rows of dataset `other` whose configurations `main` lacks; an error when `other`
+/// was measured on another device or CPU than `main`.
+#[cfg(feature = "lightgbm")]
+fn cpu_rows_of(other: &Path, main: &[dataset::Row]) -> Result<Vec<dataset::Row>> {
+    use tandem_predictors::features::is_cpu;
+    let rows = dataset::read(other)?;
+    if let Some(a) = main.first() {
+        if let Some(r) = rows.iter().find(|r| r.device != a.device || r.cpu != a.cpu) {
+            bail!(
+                "--add-cpu {}: measured on '{}' with '{}', the dataset on '{}' with '{}'",
+                other.display(),
+                r.device,
+                r.cpu,
+                a.device,
+                a.cpu
+            );
+        }
+    }
+    let have: std::collections::HashSet<&str> = main.iter().map(|r| r.config.as_str()).collect();
+    Ok(rows
+        .into_iter()
+        .filter(|r| is_cpu(&r.executor) && !have.contains(r.config.as_str()))
+        .collect())
 }
 
 /// Runs `tandem eval`.

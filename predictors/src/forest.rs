@@ -115,14 +115,71 @@ impl FlatForest {
     }
 
     /// Raw scores of many rows, tree by tree: each tree's nodes stay in cache for every row.
+    /// The rows go down each tree together ([`FlatForest::descend`]): at a split on a feature
+    /// that is equal in every row (in a sweep over a layer's splits, its geometry) they all
+    /// take the same side after one test; at other splits they are partitioned. Same leaves,
+    /// added in the same order: the same scores as one row at a time.
     fn predict_batch(&self, rows: &[&[f64]]) -> Vec<f64> {
         let mut out = vec![0.0; rows.len()];
+        let Some(first) = rows.first() else {
+            return out;
+        };
+        let shared: Vec<bool> = (0..first.len())
+            .map(|f| rows.iter().all(|x| x[f].to_bits() == first[f].to_bits()))
+            .collect();
+        let mut order: Vec<u32> = Vec::with_capacity(rows.len());
         for &root in &self.roots {
-            for (o, x) in out.iter_mut().zip(rows) {
-                *o += self.leaf(root, x);
-            }
+            order.clear();
+            order.extend(0..rows.len() as u32);
+            self.descend(root, &mut order, rows, &shared, &mut out);
         }
         out
+    }
+
+    /// Sends the rows `order` (indices into `rows`) down from `node`, adding each one's leaf
+    /// value to its score.
+    fn descend(
+        &self,
+        mut node: i32,
+        order: &mut [u32],
+        rows: &[&[f64]],
+        shared: &[bool],
+        out: &mut [f64],
+    ) {
+        loop {
+            if node < 0 {
+                let v = self.leaves[(!node) as usize];
+                for &i in order.iter() {
+                    out[i as usize] += v;
+                }
+                return;
+            }
+            let n = &self.nodes[node as usize];
+            let f = n.feature as usize;
+            let goes = |i: u32| goes_left(n.decision, n.threshold, rows[i as usize][f]);
+            if shared.get(f).copied().unwrap_or(false) || order.len() == 1 {
+                node = n.children[usize::from(goes(order[0]))];
+                continue;
+            }
+            // Partition: rows going left first.
+            let mut split = 0;
+            for j in 0..order.len() {
+                if goes(order[j]) {
+                    order.swap(split, j);
+                    split += 1;
+                }
+            }
+            let (left, right) = order.split_at_mut(split);
+            let (l, r) = (n.children[1], n.children[0]);
+            if !left.is_empty() {
+                self.descend(l, left, rows, shared, out);
+            }
+            if right.is_empty() {
+                return;
+            }
+            node = r;
+            return self.descend(node, right, rows, shared, out);
+        }
     }
 }
 
@@ -498,5 +555,69 @@ mod tests {
         // Row [1, NaN]: tree 0 -> NaN is missing, default left -> leaf 0 (0.5); tree 2 -> NaN
         // goes to the default side, right -> leaf 1 (1.5).
         assert_eq!(forest.predict(&[1.0, f64::NAN]), 0.5 - 3.0 + 1.5);
+    }
+
+    /// A batch whose rows share some features (a sweep's layer geometry) scores each row
+    /// exactly as alone, whichever features are shared, NaN included.
+    #[test]
+    fn a_batch_with_shared_features_scores_each_row_as_alone() {
+        let mut rng = tandem_runtime::rng::Rng::new(5);
+        let mut draw = |n: u64| (rng.next_u64() % n) as f64;
+        // Random trees of depth 3 over 4 features, on values 0..8 with thresholds between.
+        let trees: Vec<Tree> = (0..40)
+            .map(|_| {
+                let features: Vec<u32> = (0..7).map(|_| draw(4) as u32).collect();
+                let thresholds: Vec<f64> = (0..7).map(|_| draw(8) + 0.5).collect();
+                let decisions: Vec<u8> = (0..7)
+                    .map(|_| [0, 0b0110, 0b1000][draw(3) as usize])
+                    .collect();
+                // Node i has children 2i+1, 2i+2 (nodes 1..=6); nodes 3..=6 have leaves.
+                let kids: Vec<(i32, i32)> = (0..7)
+                    .map(|i| {
+                        if i < 3 {
+                            (2 * i + 1, 2 * i + 2)
+                        } else {
+                            (!(2 * (i - 3)), !(2 * (i - 3) + 1))
+                        }
+                    })
+                    .collect();
+                let mut t = tree(&features, &thresholds, &decisions, &kids);
+                t.leaf_value = (0..8).map(|_| draw(1000) / 7.0 - 70.0).collect();
+                t
+            })
+            .collect();
+        let forest = Forest {
+            num_features: 4,
+            trees,
+            flat: OnceLock::new(),
+        };
+        forest.check().expect("a consistent forest");
+        for shared in 0..16u32 {
+            let base: Vec<f64> = (0..4).map(|_| draw(9)).collect();
+            let rows: Vec<Vec<f64>> = (0..12)
+                .map(|r| {
+                    (0..4)
+                        .map(|f| {
+                            if shared & (1 << f) != 0 {
+                                base[f]
+                            } else if r == 5 {
+                                f64::NAN
+                            } else {
+                                draw(9)
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+            for (x, b) in rows.iter().zip(forest.predict_batch(&refs)) {
+                let alone: f64 = forest.trees.iter().map(|t| t.leaf(x)).sum();
+                assert_eq!(
+                    b.to_bits(),
+                    alone.to_bits(),
+                    "shared {shared:04b}, row {x:?}"
+                );
+            }
+        }
     }
 }

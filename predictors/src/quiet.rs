@@ -223,14 +223,23 @@ mod tests {
             2,
             &MeasureOptions::default(),
             &mut stats,
-            |p, _| Ok::<_, ()>(if slow(*p) { vec![t(3.0), t(6.0)] } else { vec![t(1.0), t(2.0)] }),
+            |p, _| {
+                Ok::<_, ()>(if slow(*p) {
+                    vec![t(3.0), t(6.0)]
+                } else {
+                    vec![t(1.0), t(2.0)]
+                })
+            },
             |p| {
                 *p += 1;
                 Ok(if slow(*p - 1) { 1.5 } else { 1.0 })
             },
         )
-        .unwrap();
-        assert_eq!(times.iter().map(|t| t.median_ms).collect::<Vec<_>>(), [1.0, 2.0]);
+        .expect("the fake bench never fails");
+        assert_eq!(
+            times.iter().map(|t| t.median_ms).collect::<Vec<_>>(),
+            [1.0, 2.0]
+        );
         assert_eq!(times[0].reps, 2, "two quiet rounds kept");
         assert_eq!(stats.discarded, 1, "{stats:?}");
         assert_eq!(stats.noisy, 0);
@@ -256,10 +265,14 @@ mod tests {
             },
             |n| {
                 *n += 1;
-                Ok(if *n <= CALIBRATION || *n % 2 == 0 { 1.0 } else { 2.0 })
+                Ok(if *n <= CALIBRATION || *n % 2 == 0 {
+                    1.0
+                } else {
+                    2.0
+                })
             },
         )
-        .unwrap();
+        .expect("the fake bench never fails");
         assert_eq!(stats.noisy, 1, "{stats:?}");
         assert_eq!(stats.discarded, 4, "{stats:?}");
         assert_eq!(times[0].median_ms, 1.0, "the least of the four attempts");
@@ -278,7 +291,7 @@ mod tests {
             |_, _| Ok::<_, ()>(vec![t(1.0)]),
             |_| panic!("probed with the gate off"),
         )
-        .unwrap();
+        .expect("the fake bench never fails");
         assert_eq!(times[0].reps, 3);
         assert_eq!(stats, GateStats::default());
     }

@@ -419,9 +419,7 @@ impl Profiler {
         backend.programs = programs;
         self.backend = Some(backend);
         for (offset, values) in inputs {
-            arena
-                .slice(offset, values.len())
-                .copy_from_slice(&values);
+            arena.slice(offset, values.len()).copy_from_slice(&values);
         }
         Ok(LayerBench {
             profiler: self,
@@ -620,7 +618,14 @@ impl LayerBench<'_> {
 
     /// Times output channels `[0, c)` on the CPU with `threads` threads.
     pub fn cpu(&mut self, c: usize, threads: usize, options: &MeasureOptions) -> Timing {
-        Self::time_cpu(self.profiler, &mut self.arena, &self.main, c, threads, options)
+        Self::time_cpu(
+            self.profiler,
+            &mut self.arena,
+            &self.main,
+            c,
+            threads,
+            options,
+        )
     }
 
     /// The GPU time of the whole [`probe_layer`] (ms), measured with [`PROBE_OPTIONS`].
@@ -640,7 +645,15 @@ impl LayerBench<'_> {
     /// The CPU time of the whole [`probe_layer`] on one thread (ms), with [`PROBE_OPTIONS`].
     pub fn probe_cpu(&mut self) -> f64 {
         let c = self.probe.op.channels();
-        Self::time_cpu(self.profiler, &mut self.arena, &self.probe, c, 1, &PROBE_OPTIONS).median_ms
+        Self::time_cpu(
+            self.profiler,
+            &mut self.arena,
+            &self.probe,
+            c,
+            1,
+            &PROBE_OPTIONS,
+        )
+        .median_ms
     }
 
     fn time_gpu(
