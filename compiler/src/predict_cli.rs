@@ -322,7 +322,10 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         );
         name.push_str(&format!(
             " + CPU rows of {}",
-            other.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+            other
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
         ));
         rows.extend(added);
     }

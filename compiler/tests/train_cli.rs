@@ -1,0 +1,131 @@
+//! `tandem train --add-cpu`: the CPU rows of a second dataset of the same device join the
+//! training set (configurations the main dataset has are not taken twice); a dataset of another
+//! device is refused with an error naming it.
+#![cfg(feature = "lightgbm")]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tandem_predictors::dataset::{self, Row};
+use tandem_predictors::features::is_cpu;
+
+fn tandem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+}
+
+fn profiles() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../predictors/profiles")
+}
+
+fn report(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("report")).expect("json")
+}
+
+/// Training rows (train + held-out) per executor in a report.
+fn rows_of(r: &serde_json::Value, executor: &str) -> u64 {
+    let e = &r["executors"][executor];
+    e["train_rows"].as_u64().unwrap_or(0) + e["test_rows"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn add_cpu_takes_the_other_datasets_cpu_rows_of_new_configurations_only() {
+    // The shipped fresh measurement, split by configuration: A and B overlap in a few.
+    let rows = dataset::read(&profiles().join("pocl-1core.fresh.csv.gz")).expect("shipped data");
+    let configs: Vec<&str> = rows
+        .iter()
+        .map(|r| r.config.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let (a_keys, b_keys): (BTreeSet<&str>, BTreeSet<&str>) = (
+        configs[..160].iter().copied().collect(),
+        configs[150..300].iter().copied().collect(),
+    );
+    let pick = |keys: &BTreeSet<&str>| -> Vec<Row> {
+        rows.iter()
+            .filter(|r| keys.contains(r.config.as_str()))
+            .cloned()
+            .collect()
+    };
+    let (a, b) = (pick(&a_keys), pick(&b_keys));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pa, pb) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
+    dataset::write(&pa, &a).expect("write a");
+    dataset::write(&pb, &b).expect("write b");
+    std::fs::copy(
+        profiles().join("pocl-1core.device.json"),
+        dir.path().join("a.device.json"),
+    )
+    .expect("sidecar");
+
+    let train = |extra: &[&Path], name: &str| {
+        let mut cmd = tandem();
+        cmd.arg("train")
+            .arg(&pa)
+            .arg("-o")
+            .arg(dir.path().join(format!("{name}.profile")));
+        cmd.arg("--report-json")
+            .arg(dir.path().join(format!("{name}.json")));
+        for e in extra {
+            cmd.arg("--add-cpu").arg(e);
+        }
+        cmd.output().expect("runs")
+    };
+    let alone = train(&[], "alone");
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let both = train(&[&pb], "both");
+    assert!(
+        both.status.success(),
+        "{}",
+        String::from_utf8_lossy(&both.stderr)
+    );
+    let (ra, rb) = (
+        report(&dir.path().join("alone.json")),
+        report(&dir.path().join("both.json")),
+    );
+    let added: Vec<&Row> = b
+        .iter()
+        .filter(|r| is_cpu(&r.executor) && !a_keys.contains(r.config.as_str()))
+        .collect();
+    assert!(!added.is_empty());
+    for executor in [
+        "cpu_conv_t1",
+        "cpu_linear_t1",
+        "conv_generic",
+        "fully_connected",
+    ] {
+        let n_added = added.iter().filter(|r| r.executor == executor).count() as u64;
+        assert_eq!(
+            rows_of(&rb, executor),
+            rows_of(&ra, executor) + n_added,
+            "{executor}"
+        );
+        if !is_cpu(executor) {
+            assert_eq!(n_added, 0);
+        }
+    }
+    let stderr = String::from_utf8_lossy(&both.stderr);
+    assert!(
+        stderr.contains(&format!("{} CPU rows", added.len())),
+        "{stderr}"
+    );
+
+    // A dataset of another device is refused, naming the file.
+    let mut other = b.clone();
+    for r in &mut other {
+        r.device = "some other GPU".into();
+    }
+    let po = dir.path().join("other.csv");
+    dataset::write(&po, &other).expect("write other");
+    let refused = train(&[&po], "refused");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("other.csv") && stderr.contains("some other GPU"),
+        "{stderr}"
+    );
+}
