@@ -199,6 +199,12 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     if args.threads.is_empty() || args.threads.contains(&0) {
         bail!("--threads: give thread counts of at least 1, e.g. 1,2");
     }
+    if !(args.quiet_gate >= 0.0 && args.quiet_gate.is_finite()) {
+        bail!(
+            "--quiet-gate: {} is not a percentage; give e.g. 8, or 0 to keep every round",
+            args.quiet_gate
+        );
+    }
     let models = match args.models.as_slice() {
         [] => default_models(),
         [one] if one.as_os_str() == "none" => vec![],
@@ -252,7 +258,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         seed: args.seed,
         points: args.points.max(1),
         rounds: args.rounds.max(1),
-        quiet_slack: args.quiet_gate.max(0.0) / 100.0,
+        quiet_slack: args.quiet_gate / 100.0,
         limits,
         measure: MeasureOptions {
             min_reps: args.reps.max(1),

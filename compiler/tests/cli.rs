@@ -281,3 +281,20 @@ fn a_group_size_that_does_not_divide_the_channels_fails_naming_the_operator() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn profile_rejects_a_quiet_gate_that_is_not_a_percentage() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for bad in ["-1", "NaN", "inf"] {
+        let out = tandem()
+            .args(["profile", "--out"])
+            .arg(dir.path().join("d.csv"))
+            .arg(format!("--quiet-gate={bad}"))
+            .output()
+            .expect("runs");
+        assert!(!out.status.success(), "--quiet-gate {bad} accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--quiet-gate"), "{bad}: {stderr}");
+        assert!(!dir.path().join("d.csv").exists(), "nothing measured");
+    }
+}

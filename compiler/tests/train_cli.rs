@@ -121,6 +121,10 @@ fn add_cpu_takes_the_other_datasets_cpu_rows_of_new_configurations_only() {
     }
     let po = dir.path().join("other.csv");
     dataset::write(&po, &other).expect("write other");
+    let missing = train(&[&dir.path().join("nowhere.csv")], "missing");
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("nowhere.csv"), "{stderr}");
     let refused = train(&[&po], "refused");
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);

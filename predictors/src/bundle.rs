@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tandem_runtime::gpu::device::DeviceInfo;
-use tandem_runtime::gpu::dispatch::vector_width;
+use tandem_runtime::gpu::dispatch::{vector_width, Variant};
 
 /// The format tag of profiles this version reads and writes.
 pub const FORMAT: &str = "tandem-profile/2";
@@ -238,18 +238,23 @@ impl Profile {
             .map(|&g| features::cpu_features(layer, c - g))
             .collect();
         let cpu_ms = cpu.predict_ms_batch(&cpu_rows.iter().map(Vec::as_slice).collect::<Vec<_>>());
-        let mut gpu_rows: BTreeMap<String, (Vec<usize>, Vec<Vec<f64>>)> = BTreeMap::new();
+        // Candidates by the GPU variant they dispatch to (a few per layer).
+        let mut gpu_rows: Vec<(Variant, Vec<usize>, Vec<Vec<f64>>)> = Vec::new();
         for (i, &g) in counts.iter().enumerate().filter(|(_, &g)| g > 0) {
             let (d, x) = features::gpu_features(layer, g, self.device());
-            let entry = gpu_rows
-                .entry(features::gpu_executor(layer, d.variant))
-                .or_default();
-            entry.0.push(i);
-            entry.1.push(x);
+            let at = match gpu_rows.iter().position(|(v, ..)| *v == d.variant) {
+                Some(at) => at,
+                None => {
+                    gpu_rows.push((d.variant, Vec::new(), Vec::new()));
+                    gpu_rows.len() - 1
+                }
+            };
+            gpu_rows[at].1.push(i);
+            gpu_rows[at].2.push(x);
         }
         let mut gpu_ms = vec![0.0; counts.len()];
-        for (name, (at, rows)) in &gpu_rows {
-            let e = self.executor(name)?;
+        for (variant, at, rows) in &gpu_rows {
+            let e = self.executor(&features::gpu_executor(layer, *variant))?;
             let n = e.features.len();
             let rows: Vec<&[f64]> = rows.iter().map(|x| &x[..n]).collect();
             for (&i, ms) in at.iter().zip(e.predict_ms_batch(&rows)) {

@@ -141,19 +141,12 @@ impl FlatForest {
     fn descend(
         &self,
         mut node: i32,
-        order: &mut [u32],
+        mut order: &mut [u32],
         rows: &[&[f64]],
         shared: &[bool],
         out: &mut [f64],
     ) {
-        loop {
-            if node < 0 {
-                let v = self.leaves[(!node) as usize];
-                for &i in order.iter() {
-                    out[i as usize] += v;
-                }
-                return;
-            }
+        while node >= 0 {
             let n = &self.nodes[node as usize];
             let f = n.feature as usize;
             let goes = |i: u32| goes_left(n.decision, n.threshold, rows[i as usize][f]);
@@ -161,7 +154,7 @@ impl FlatForest {
                 node = n.children[usize::from(goes(order[0]))];
                 continue;
             }
-            // Partition: rows going left first.
+            // Partition: rows going left first; the left ones recurse, the right ones go on.
             let mut split = 0;
             for j in 0..order.len() {
                 if goes(order[j]) {
@@ -169,16 +162,19 @@ impl FlatForest {
                     split += 1;
                 }
             }
-            let (left, right) = order.split_at_mut(split);
-            let (l, r) = (n.children[1], n.children[0]);
+            let (left, right) = std::mem::take(&mut order).split_at_mut(split);
             if !left.is_empty() {
-                self.descend(l, left, rows, shared, out);
+                self.descend(n.children[1], left, rows, shared, out);
             }
             if right.is_empty() {
                 return;
             }
-            node = r;
-            return self.descend(node, right, rows, shared, out);
+            order = right;
+            node = n.children[0];
+        }
+        let v = self.leaves[(!node) as usize];
+        for &i in order.iter() {
+            out[i as usize] += v;
         }
     }
 }

@@ -333,7 +333,8 @@ pub fn progress_line(p: &Progress) -> String {
 /// Longest wait for a quiet phase before a round is measured anyway (and then re-measured).
 pub const QUIET_MAX_WAIT: Duration = Duration::from_secs(2);
 
-/// The quiet gates of the two sides: the GPU's core and the CPU's.
+/// The quiet gates of the two sides: the GPU's core and the CPU's (its probe runs on one
+/// thread, on the CPU side's core, whatever the thread counts measured).
 struct Gates {
     gpu: QuietGate,
     cpu: QuietGate,
@@ -431,10 +432,9 @@ pub fn run(
         out_of_budget: 0,
         gate: GateStats::default(),
     };
-    let gate = |slack| QuietGate::new(slack, QUIET_MAX_WAIT);
     let mut gates = Gates {
-        gpu: gate(plan.quiet_slack),
-        cpu: gate(plan.quiet_slack),
+        gpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT),
+        cpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT),
     };
     let sync_options = MeasureOptions {
         min_reps: 15,
@@ -476,7 +476,12 @@ pub fn run(
         let step = vector_width(op.gpu_op());
         let gpu_points = channel_points(c, step, plan.points, &mut rng);
         let cpu_points = channel_points(c, step, plan.points, &mut rng);
-        let mut bench = profiler.layer(&op, &gpu_points, 1).map_err(gpu_err)?;
+        let bench = if plan.quiet_slack > 0.0 {
+            profiler.layer_with_probe(&op, &gpu_points, 1)
+        } else {
+            profiler.layer(&op, &gpu_points, 1)
+        };
+        let mut bench = bench.map_err(gpu_err)?;
         let sync = bench.sync(&sync_options).map_err(gpu_err)?;
         let base = |executor: String, threads: usize, c0: usize, c1: usize| Row {
             config: key.clone(),
@@ -536,7 +541,7 @@ pub fn run(
                 |b, options| {
                     Ok::<_, GpuError>(cpu_points.iter().map(|&cc| b.cpu(cc, t, options)).collect())
                 },
-                |b| Ok(b.probe_cpu()),
+                |b| b.probe_cpu(),
             )
             .map_err(gpu_err)?;
             for (&cc, timing) in cpu_points.iter().zip(&cpu_times) {

@@ -108,6 +108,23 @@ fn the_quiet_gate_probes_both_sides_and_keeps_quiet_rounds() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("d.csv");
     let layers = &small_layers()[..2];
+    // The probe exists only where asked for (the planner's oracle does not pay for it).
+    let op = layers[0].to_op();
+    {
+        let mut bench = profiler.layer(&op, &[layers[0].cout], 1).expect("bench");
+        let err = bench
+            .probe_gpu()
+            .expect_err("no probe without layer_with_probe");
+        assert!(err.to_string().contains("layer_with_probe"), "{err}");
+        assert!(bench.probe_cpu().is_err());
+    }
+    {
+        let mut bench = profiler
+            .layer_with_probe(&op, &[layers[0].cout], 1)
+            .expect("bench");
+        assert!(bench.probe_gpu().expect("GPU probe") > 0.0);
+        assert!(bench.probe_cpu().expect("CPU probe") > 0.0);
+    }
     let mut p = plan();
     p.threads = vec![1];
     p.quiet_slack = 0.25;

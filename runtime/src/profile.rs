@@ -10,7 +10,8 @@
 //! - [`LayerBench::cpu`] times output channels `[0, c)` on the CPU kernels with a pinned
 //!   [`ThreadPool`] of `t` threads.
 //! - [`LayerBench::probe_gpu`] and [`LayerBench::probe_cpu`] time the fixed [`probe_layer`]
-//!   (placed in the same arena, after the layer) on either side: a reference whose latency only
+//!   (placed in the same arena, after the layer, by [`Profiler::layer_with_probe`]) on either
+//!   side: a reference whose latency only
 //!   changes when the machine's speed does (`tandem profile`'s quiet gate).
 //! - [`LayerBench::sync`] times one join: the GPU queue spins in the polling wait kernel, the CPU
 //!   stores its flag, the GPU's signal kernel answers and the CPU sees it.
@@ -376,19 +377,43 @@ impl Profiler {
 
     /// Prepares `op` for measurement: random weights and input (from `seed`), the CPU weights,
     /// and the GPU weights of every kernel variant the GPU channel counts `gpu_counts` dispatch
-    /// to (uploaded once). The bench also holds the fixed [`probe_layer`], placed after the
-    /// layer in the same arena, for [`LayerBench::probe_gpu`] and [`LayerBench::probe_cpu`].
+    /// to (uploaded once).
     pub fn layer(
         &mut self,
         op: &LayerOp,
         gpu_counts: &[usize],
         seed: u64,
     ) -> Result<LayerBench<'_>, GpuError> {
+        self.prepare(op, gpu_counts, seed, false)
+    }
+
+    /// [`Profiler::layer`], and the fixed [`probe_layer`] placed after the layer in the same
+    /// arena, for [`LayerBench::probe_gpu`] and [`LayerBench::probe_cpu`].
+    pub fn layer_with_probe(
+        &mut self,
+        op: &LayerOp,
+        gpu_counts: &[usize],
+        seed: u64,
+    ) -> Result<LayerBench<'_>, GpuError> {
+        self.prepare(op, gpu_counts, seed, true)
+    }
+
+    fn prepare(
+        &mut self,
+        op: &LayerOp,
+        gpu_counts: &[usize],
+        seed: u64,
+        with_probe: bool,
+    ) -> Result<LayerBench<'_>, GpuError> {
         let mut rng = Rng::new(seed);
         let mut layout = Layout::default();
         let main = layout.add(op, gpu_counts, &mut rng, &self.info)?;
-        let probe_op = probe_layer();
-        let probe = layout.add(&probe_op, &[probe_op.channels()], &mut rng, &self.info)?;
+        let probe = if with_probe {
+            let probe_op = probe_layer();
+            Some(layout.add(&probe_op, &[probe_op.channels()], &mut rng, &self.info)?)
+        } else {
+            None
+        };
         let Layout {
             tensors,
             steps,
@@ -578,6 +603,12 @@ fn deadline_error(deadline: Duration, waiting: &str) -> GpuError {
     }
 }
 
+fn no_probe() -> GpuError {
+    GpuError::Mismatch(
+        "this bench was prepared without the probe layer (use Profiler::layer_with_probe)".into(),
+    )
+}
+
 /// How the probe is timed: short, so that probing before and after each round costs little
 /// next to the round.
 pub const PROBE_OPTIONS: MeasureOptions = MeasureOptions {
@@ -594,7 +625,8 @@ pub struct LayerBench<'p> {
     artifact: Artifact,
     arena: Arena,
     main: Placed,
-    probe: Placed,
+    /// The [`probe_layer`], when prepared with [`Profiler::layer_with_probe`].
+    probe: Option<Placed>,
 }
 
 impl LayerBench<'_> {
@@ -628,32 +660,28 @@ impl LayerBench<'_> {
         )
     }
 
-    /// The GPU time of the whole [`probe_layer`] (ms), measured with [`PROBE_OPTIONS`].
+    /// The GPU time of the whole [`probe_layer`] (ms), measured with [`PROBE_OPTIONS`]; an
+    /// error for a bench prepared without it.
     pub fn probe_gpu(&mut self) -> Result<f64, GpuError> {
-        let c = self.probe.op.channels();
+        let probe = self.probe.as_ref().ok_or_else(no_probe)?;
+        let c = probe.op.channels();
         Self::time_gpu(
             self.profiler,
             &self.artifact,
             &mut self.arena,
-            &self.probe,
+            probe,
             c,
             &PROBE_OPTIONS,
         )
         .map(|(_, t)| t.median_ms)
     }
 
-    /// The CPU time of the whole [`probe_layer`] on one thread (ms), with [`PROBE_OPTIONS`].
-    pub fn probe_cpu(&mut self) -> f64 {
-        let c = self.probe.op.channels();
-        Self::time_cpu(
-            self.profiler,
-            &mut self.arena,
-            &self.probe,
-            c,
-            1,
-            &PROBE_OPTIONS,
-        )
-        .median_ms
+    /// The CPU time of the whole [`probe_layer`] on one thread (ms), with [`PROBE_OPTIONS`];
+    /// an error for a bench prepared without it.
+    pub fn probe_cpu(&mut self) -> Result<f64, GpuError> {
+        let probe = self.probe.as_ref().ok_or_else(no_probe)?;
+        let c = probe.op.channels();
+        Ok(Self::time_cpu(self.profiler, &mut self.arena, probe, c, 1, &PROBE_OPTIONS).median_ms)
     }
 
     fn time_gpu(
