@@ -57,6 +57,11 @@ pub struct ProfileArgs {
     /// `zoo/`, when that folder exists). `--models none` measures random layers only.
     #[arg(long, value_delimiter = ',')]
     pub models: Vec<PathBuf>,
+    /// Measure only layers that one of these executors runs whole (e.g.
+    /// `conv_winograd,depthwise_3x3`: more data where a model is weak). Random draws that no
+    /// named executor runs are skipped, and so are the models' layers.
+    #[arg(long, value_delimiter = ',', value_name = "EXECUTORS")]
+    pub focus: Vec<String>,
     /// Largest layer to measure, in MFLOPs of the whole layer.
     #[arg(long, default_value_t = 400.0)]
     pub max_mflops: f64,
@@ -214,9 +219,14 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         max_flops: args.max_mflops * 1e6,
         ..Limits::default()
     };
-    let model_layers = model_layers(&models, ops.contains(&OpKind::GroupedConv))?;
-    let random = measure::random_layers(&ops, args.samples, args.seed, &limits);
-    let configs = measure::schedule(&model_layers, &random, &ops, &limits);
+    let possible = measure::possible_executors(&ops, &args.threads);
+    if let Some(bad) = args.focus.iter().find(|e| !possible.contains(e)) {
+        bail!(
+            "--focus: '{bad}' is not an executor of --ops {}; they are {}",
+            args.ops.join(","),
+            possible.join(", ")
+        );
+    }
     let mut setting = if args.no_pin {
         format!("threads {:?}; no pinning", args.threads)
     } else {
@@ -239,6 +249,17 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     let mut profiler = Profiler::open(!args.no_pin).context(
         "tandem profile needs an OpenCL device with fine-grained SVM (pocl-opencl-icd here)",
     )?;
+    let focused = |l: &Layer| {
+        args.focus.is_empty()
+            || measure::whole_layer_executors(l, profiler.device(), &args.threads)
+                .iter()
+                .any(|e| args.focus.contains(e))
+    };
+    let mut model_layers = model_layers(&models, ops.contains(&OpKind::GroupedConv))?;
+    model_layers.retain(|l| focused(l));
+    let random =
+        measure::random_layers_where(&ops, args.samples, args.seed, &limits, |l| focused(l));
+    let configs = measure::schedule(&model_layers, &random, &ops, &limits);
     let cpu = cpu_description();
     let sidecar = device_sidecar(&args.out);
     let meta = Sidecar {

@@ -298,3 +298,25 @@ fn profile_rejects_a_quiet_gate_that_is_not_a_percentage() {
         assert!(!dir.path().join("d.csv").exists(), "nothing measured");
     }
 }
+
+#[test]
+fn profile_rejects_a_focus_that_is_not_an_executor_of_the_ops() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A typo, and a real executor of an op kind not profiled.
+    for (ops, bad) in [("conv,dwconv", "conv_wino"), ("conv", "depthwise_3x3")] {
+        let out = tandem()
+            .args(["profile", "--out"])
+            .arg(dir.path().join("d.csv"))
+            .args(["--ops", ops, "--focus", bad])
+            .output()
+            .expect("runs");
+        assert!(!out.status.success(), "--focus {bad} accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&format!("--focus: '{bad}'")), "{stderr}");
+        assert!(
+            stderr.contains("conv_winograd"),
+            "lists the executors: {stderr}"
+        );
+        assert!(!dir.path().join("d.csv").exists(), "nothing measured");
+    }
+}

@@ -216,7 +216,7 @@ impl Profile {
         if c == 0 {
             return Ok(0.0);
         }
-        let x = features::cpu_features(layer, c);
+        let x = features::cpu_features(layer, c, threads);
         self.predict_features(&cpu_executor(layer.op, threads), &x)
     }
 
@@ -235,7 +235,7 @@ impl Profile {
         let cpu_rows: Vec<Vec<f64>> = counts
             .iter()
             .filter(|&&g| g < c)
-            .map(|&g| features::cpu_features(layer, c - g))
+            .map(|&g| features::cpu_features(layer, c - g, threads))
             .collect();
         let cpu_ms = cpu.predict_ms_batch(&cpu_rows.iter().map(Vec::as_slice).collect::<Vec<_>>());
         // Candidates by the GPU variant they dispatch to (a few per layer).

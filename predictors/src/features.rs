@@ -17,9 +17,10 @@
 //! read [`GROUP_FEATURES`] after the op features ([`group_features`]).
 
 use crate::dataset::{DispatchRecord, Row};
-use tandem_runtime::cpu::conv::ConvParams;
+use tandem_runtime::cpu::conv::{self, ConvParams, ConvPath};
 use tandem_runtime::cpu::depthwise::DepthwiseParams;
 use tandem_runtime::cpu::fully_connected::FullyConnectedParams;
+use tandem_runtime::cpu::packed_gemm::{KC, NR};
 use tandem_runtime::cpu::Activation;
 use tandem_runtime::gpu::device::DeviceInfo;
 use tandem_runtime::gpu::dispatch::{dispatch, Dispatch};
@@ -340,6 +341,9 @@ pub fn feature_names(executor: &str, with_dispatch: bool) -> Vec<String> {
     if is_grouped(executor) {
         names.extend(GROUP_FEATURES.iter().map(|s| s.to_string()));
     }
+    if is_cpu_conv(executor) {
+        names.extend(CPU_CONV_FEATURES.iter().map(|s| s.to_string()));
+    }
     if !is_cpu(executor) && with_dispatch {
         names.extend(DISPATCH_FEATURES.iter().map(|s| s.to_string()));
     }
@@ -351,6 +355,9 @@ pub fn row_features(row: &Row, with_dispatch: bool) -> Vec<f64> {
     let mut f = row.layer.op_features(row.c1 - row.c0);
     if is_grouped(&row.executor) {
         f.extend(group_features(&row.layer));
+    }
+    if is_cpu_conv(&row.executor) {
+        f.extend(cpu_conv_features(&row.layer, row.c1, row.threads));
     }
     if !is_cpu(&row.executor) && with_dispatch {
         f.extend(dispatch_features(&row.dispatch, row.c0, row.c1));
@@ -373,13 +380,60 @@ pub fn gpu_features(layer: &Layer, g: usize, device: &DeviceInfo) -> (Dispatch, 
     (d, f)
 }
 
-/// The CPU part `[0, c)` of `layer`: its features.
-pub fn cpu_features(layer: &Layer, c: usize) -> Vec<f64> {
-    let mut f = layer.op_features(c.min(layer.cout));
+/// The CPU part `[0, c)` of `layer` with `threads` threads: its features, in [`feature_names`]
+/// order for [`cpu_executor`]`(layer.op, threads)`.
+pub fn cpu_features(layer: &Layer, c: usize, threads: usize) -> Vec<f64> {
+    let c = c.min(layer.cout);
+    let mut f = layer.op_features(c);
     if layer.op == OpKind::GroupedConv {
         f.extend(group_features(layer));
     }
+    if matches!(layer.op, OpKind::Conv | OpKind::GroupedConv) {
+        f.extend(cpu_conv_features(layer, c, threads));
+    }
     f
+}
+
+/// Names of the CPU convolution kernel's features ([`cpu_conv_features`] order), which the
+/// `cpu_conv_tN` and `cpu_gconv_tN` executors read after the op (and group) features.
+pub const CPU_CONV_FEATURES: [&str; 8] = [
+    "path_pointwise",
+    "path_direct",
+    "task_pixels",
+    "tasks",
+    "k_blocks",
+    "nr_panels",
+    "nr_waste",
+    "border_columns",
+];
+
+/// White-box features of the CPU convolution kernel computing channels `[0, c)` of `layer` with
+/// `threads` threads, from the runtime's own plan ([`tandem_runtime::cpu::conv::plan`]): its
+/// path (pointwise GEMM, direct rows, im2col), task tiling, GEMM depth blocks and column panels
+/// (with the lanes wasted by the last panel), and the border columns that go through im2col.
+/// Measured on this host (fresh-dataset MAPE of `cpu_conv_t1`): 6.7% without them, 5.3–5.9%
+/// with; the path alone does most of it.
+pub fn cpu_conv_features(layer: &Layer, c: usize, threads: usize) -> Vec<f64> {
+    let LayerOp::Conv(p) = layer.to_op() else {
+        return Vec::new();
+    };
+    let plan = conv::plan(&p, 0, c, threads.max(1));
+    let panels = c.div_ceil(NR);
+    vec![
+        f64::from(u8::from(plan.path == ConvPath::Pointwise)),
+        f64::from(u8::from(plan.path == ConvPath::Direct)),
+        plan.tile as f64,
+        (p.input[0] * plan.tiles * plan.chunks) as f64,
+        p.depth().div_ceil(KC) as f64,
+        panels as f64,
+        (panels * NR - c) as f64,
+        conv::border_columns(&p) as f64,
+    ]
+}
+
+/// Whether an executor is a CPU convolution one (reads [`CPU_CONV_FEATURES`]).
+pub fn is_cpu_conv(executor: &str) -> bool {
+    executor.starts_with("cpu_conv_") || executor.starts_with("cpu_gconv_")
 }
 
 /// Names of the grouped-convolution features ([`group_features`] order), which the `gconv`

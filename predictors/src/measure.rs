@@ -20,7 +20,8 @@ use crate::quiet::{gated_rounds, GateStats, QuietGate};
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tandem_runtime::gpu::dispatch::vector_width;
+use tandem_runtime::gpu::device::DeviceInfo;
+use tandem_runtime::gpu::dispatch::{dispatch, vector_width, Variant};
 use tandem_runtime::gpu::GpuError;
 use tandem_runtime::profile::{MeasureOptions, Profiler};
 use tandem_runtime::rng::Rng;
@@ -264,6 +265,18 @@ pub fn random_layer(op: OpKind, rng: &mut Rng) -> Layer {
 /// `count` random configurations over `ops` (round robin; a `gconv` draw is one depthwise
 /// geometry with one of its valid group sizes) within `limits`, deterministic in `seed`.
 pub fn random_layers(ops: &[OpKind], count: usize, seed: u64, limits: &Limits) -> Vec<Layer> {
+    random_layers_where(ops, count, seed, limits, |_| true)
+}
+
+/// As [`random_layers`], keeping only the draws `keep` accepts (e.g. those an executor under
+/// study runs); gives up after `1000 · count` draws, so it may return fewer.
+pub fn random_layers_where(
+    ops: &[OpKind],
+    count: usize,
+    seed: u64,
+    limits: &Limits,
+    keep: impl Fn(&Layer) -> bool,
+) -> Vec<Layer> {
     let mut rng = Rng::new(seed);
     let mut out = Vec::with_capacity(count);
     let mut i = 0;
@@ -273,10 +286,45 @@ pub fn random_layers(ops: &[OpKind], count: usize, seed: u64, limits: &Limits) -
         let op = ops[i % ops.len()];
         let l = random_layer(op, &mut rng);
         if fits(&l, limits) {
-            out.push(l);
             i += 1;
+            if keep(&l) {
+                out.push(l);
+            }
         }
     }
+    out
+}
+
+/// The executors that run `layer` whole: its GPU kernel variant's (as dispatched on `device`)
+/// and its CPU op kind's at each of `threads`.
+pub fn whole_layer_executors(layer: &Layer, device: &DeviceInfo, threads: &[usize]) -> Vec<String> {
+    let d = dispatch(layer.to_op().gpu_op(), 0..layer.cout, device);
+    let mut out = vec![gpu_executor(layer, d.variant)];
+    out.extend(threads.iter().map(|&t| cpu_executor(layer.op, t)));
+    out
+}
+
+/// Every executor a profile of `ops` at `threads` can have (for checking names a user gives).
+pub fn possible_executors(ops: &[OpKind], threads: &[usize]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &op in ops {
+        out.extend(threads.iter().map(|&t| cpu_executor(op, t)));
+        let variants: &[Variant] = match op {
+            OpKind::Conv => &[
+                Variant::ConvConstants,
+                Variant::ConvGeneric,
+                Variant::ConvWinograd,
+            ],
+            OpKind::GroupedConv => &[Variant::ConvConstants, Variant::ConvGeneric],
+            OpKind::Depthwise => &[Variant::DepthwiseGeneric, Variant::Depthwise3x3],
+            OpKind::Linear => &[Variant::FullyConnected],
+        };
+        // Executor names depend on the op kind only; any layer of the kind names them.
+        let layer = random_layer(op, &mut Rng::new(1));
+        out.extend(variants.iter().map(|&v| gpu_executor(&layer, v)));
+    }
+    out.sort();
+    out.dedup();
     out
 }
 

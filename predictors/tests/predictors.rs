@@ -73,7 +73,7 @@ fn synthetic_rows(configs: usize, seed: u64) -> Vec<Row> {
             });
         }
         for c in measure::channel_points(l.cout, step, 5, &mut rng) {
-            let x = features::cpu_features(l, c);
+            let x = features::cpu_features(l, c, 1);
             rows.push(Row {
                 config: key.clone(),
                 device: dev.label(),
@@ -229,7 +229,10 @@ fn old_datasets_without_conv_groups_read_as_one_group_and_gconv_rows_round_trip(
 
     // The grouped executors read the group features after the op features.
     let names = features::feature_names("cpu_gconv_t1", true);
-    assert_eq!(names.len(), features::OP_FEATURES.len() + 3);
+    assert_eq!(
+        names.len(),
+        features::OP_FEATURES.len() + 3 + features::CPU_CONV_FEATURES.len()
+    );
     assert_eq!(names[features::OP_FEATURES.len()], "conv_groups");
     let names = features::feature_names("conv_grouped", true);
     assert_eq!(names[features::OP_FEATURES.len() + 1], "group_in");
@@ -237,8 +240,10 @@ fn old_datasets_without_conv_groups_read_as_one_group_and_gconv_rows_round_trip(
         names.len(),
         features::OP_FEATURES.len() + 3 + features::DISPATCH_FEATURES.len()
     );
-    let f = features::cpu_features(&g.layer, 16);
-    assert_eq!(&f[features::OP_FEATURES.len()..], &[4.0, 8.0, 8.0]);
+    let f = features::cpu_features(&g.layer, 16, 1);
+    let groups = features::OP_FEATURES.len();
+    assert_eq!(&f[groups..groups + 3], &[4.0, 8.0, 8.0]);
+    assert_eq!(f.len(), features::feature_names("cpu_gconv_t1", true).len());
     // FLOPs of a gconv part: 2 · pixels · k² · (cin / groups) per channel.
     assert_eq!(f[10], 2.0 * 64.0 * 9.0 * 8.0 * 16.0);
 }
@@ -379,6 +384,97 @@ fn compile_time_features_equal_the_runtime_dispatch() {
             assert_eq!(x.len(), names.len());
         }
         assert_eq!(Layer::from_op(&op).as_ref(), Ok(l));
+    }
+}
+
+#[test]
+fn cpu_conv_features_come_from_the_runtime_plan_at_compile_and_training_time() {
+    use tandem_runtime::cpu::conv::{plan, ConvPath};
+    let layers = measure::random_layers(
+        &[OpKind::Conv, OpKind::GroupedConv],
+        40,
+        12,
+        &Limits::default(),
+    );
+    let at = |name: &str, executor: &str| {
+        features::feature_names(executor, true)
+            .iter()
+            .position(|n| n == name)
+            .expect(name)
+    };
+    for l in &layers {
+        let executor = cpu_executor(l.op, 2);
+        let c = l.cout / 2 + 1;
+        let x = features::cpu_features(l, c, 2);
+        assert_eq!(x.len(), features::feature_names(&executor, true).len());
+        // Training reads a dataset row of the same part; it must see the same features.
+        let row = Row {
+            config: config_key(l),
+            device: "d".into(),
+            cpu: "c".into(),
+            layer: l.clone(),
+            executor: executor.clone(),
+            threads: 2,
+            c0: 0,
+            c1: c,
+            variant: String::new(),
+            dispatch: DispatchRecord::default(),
+            ms: 1.0,
+            reps: 1,
+            sync_ms: 0.0,
+        };
+        assert_eq!(features::row_features(&row, true), x, "{l:?}");
+        let tandem_runtime::profile::LayerOp::Conv(p) = l.to_op() else {
+            panic!("{l:?} is not a convolution");
+        };
+        let q = plan(&p, 0, c, 2);
+        assert_eq!(
+            x[at("path_pointwise", &executor)] == 1.0,
+            q.path == ConvPath::Pointwise
+        );
+        assert_eq!(
+            x[at("path_direct", &executor)] == 1.0,
+            q.path == ConvPath::Direct
+        );
+        assert_eq!(x[at("task_pixels", &executor)], q.tile as f64);
+        let panels = x[at("nr_panels", &executor)];
+        assert_eq!(panels * 32.0 - x[at("nr_waste", &executor)], c as f64);
+    }
+    // Other CPU executors have no convolution plan.
+    let names = features::feature_names("cpu_dwconv_t1", true);
+    assert!(!names.iter().any(|n| n == "path_direct"), "{names:?}");
+}
+
+#[test]
+fn focused_sampling_keeps_only_layers_the_named_executors_run() {
+    let dev = fake_device();
+    let ops = [OpKind::Conv, OpKind::Depthwise];
+    let limits = Limits::default();
+    let focus = ["conv_winograd", "depthwise_3x3"];
+    let layers = measure::random_layers_where(&ops, 30, 4, &limits, |l| {
+        measure::whole_layer_executors(l, &dev, &[1])
+            .iter()
+            .any(|e| focus.contains(&e.as_str()))
+    });
+    assert_eq!(layers.len(), 30);
+    let mut seen = std::collections::HashSet::new();
+    for l in &layers {
+        let gpu = &measure::whole_layer_executors(l, &dev, &[1])[0];
+        assert!(focus.contains(&gpu.as_str()), "{l:?} runs on {gpu}");
+        seen.insert(gpu.clone());
+    }
+    assert_eq!(seen.len(), 2, "both executors drawn: {seen:?}");
+    // Keeping every draw is the plain sampler, draw for draw.
+    assert_eq!(
+        measure::random_layers_where(&ops, 30, 4, &limits, |_| true),
+        measure::random_layers(&ops, 30, 4, &limits)
+    );
+    // Every executor a layer can run on is among the possible ones.
+    let possible = measure::possible_executors(&ops, &[1, 2]);
+    for l in measure::random_layers(&ops, 200, 5, &limits) {
+        for e in measure::whole_layer_executors(&l, &dev, &[1, 2]) {
+            assert!(possible.contains(&e), "{e} missing from {possible:?}");
+        }
     }
 }
 

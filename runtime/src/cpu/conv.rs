@@ -136,6 +136,70 @@ fn tile_pixels(pixels: usize, depth: usize, cout: usize, pointwise: bool, thread
     rows.min(per_thread)
 }
 
+/// How [`conv2d`] computes its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvPath {
+    /// 1x1, stride 1, no padding, one group: one GEMM straight on the input.
+    Pointwise,
+    /// Kernel rows of at most 32 values (stems): one GEMM per kernel row on the input, im2col
+    /// only for the border columns.
+    Direct,
+    /// im2col into a per-thread buffer, then one GEMM per group.
+    Im2col,
+}
+
+/// What [`conv2d`] does for channels `[c0, c1)` with `threads` threads: its path and its task
+/// tiling (`tiles` tiles of `tile` output pixels by `chunks` chunks of `chunk` channels, per
+/// image). The latency predictors read it as white-box features of the CPU part, as they read
+/// the GPU's dispatch decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvPlan {
+    pub path: ConvPath,
+    pub tile: usize,
+    pub chunk: usize,
+    pub tiles: usize,
+    pub chunks: usize,
+}
+
+/// [`conv2d`]'s plan for channels `[c0, c1)` (an empty range is planned as one channel).
+pub fn plan(p: &ConvParams, c0: usize, c1: usize, threads: usize) -> ConvPlan {
+    let cin = p.input[3];
+    let [_, ho, wo, cout] = p.output;
+    let pixels = ho * wo;
+    let width = c1.saturating_sub(c0).max(1);
+    let pointwise = p.kernel == [1, 1] && p.stride == [1, 1] && p.pad == [0, 0] && p.groups == 1;
+    let direct = !pointwise && p.groups == 1 && p.dilation[1] == 1 && p.kernel[1] * cin <= 32;
+    let path = match (pointwise, direct) {
+        (true, _) => ConvPath::Pointwise,
+        (false, true) => ConvPath::Direct,
+        (false, false) => ConvPath::Im2col,
+    };
+    // Few pixels and many channels (the late layers): the weights outweigh the output, so the
+    // threads split the channels, each streaming only its share of the weights, rather than the
+    // pixels.
+    let by_channels = threads > 1 && width > pixels && width >= 2 * NR;
+    let (tile, chunk) = if by_channels {
+        (pixels.max(1), width.div_ceil(threads).next_multiple_of(NR))
+    } else {
+        (
+            tile_pixels(pixels, p.depth(), cout, pointwise, threads),
+            width,
+        )
+    };
+    ConvPlan {
+        path,
+        tile,
+        chunk,
+        tiles: pixels.div_ceil(tile),
+        chunks: width.div_ceil(chunk),
+    }
+}
+
+/// Output columns whose kernel window reaches into the left or right padding.
+pub fn border_columns(p: &ConvParams) -> usize {
+    p.output[2] - interior_columns(p).len()
+}
+
 /// Computes output channels `[c0, c1)` of the convolution into `out` (the full output tensor),
 /// leaving other channels untouched. `weights` is [`pack_conv_weights`]'s layout; `bias` has C_out
 /// entries.
@@ -161,26 +225,14 @@ pub fn conv2d(
         return;
     }
     let pixels = ho * wo;
-    let pointwise = p.kernel == [1, 1] && p.stride == [1, 1] && p.pad == [0, 0] && p.groups == 1;
-    let threads = pool.threads();
-    // Few pixels and many channels (the late layers): the weights outweigh the output, so the
-    // threads split the channels, each streaming only its share of the weights, rather than the
-    // pixels.
-    let by_channels = threads > 1 && c1 - c0 > pixels && c1 - c0 >= 2 * NR;
-    let (tile, chunk) = if by_channels {
-        (
-            pixels.max(1),
-            (c1 - c0).div_ceil(threads).next_multiple_of(NR),
-        )
-    } else {
-        let tile = tile_pixels(pixels, p.depth(), cout, pointwise, threads);
-        (tile, c1 - c0)
-    };
-    let (tiles, chunks) = (pixels.div_ceil(tile), (c1 - c0).div_ceil(chunk));
-    // Kernel rows of few values (stem convolutions on 3 channels: 9 or 21) cost more to gather by
-    // im2col than to multiply; such convolutions read them straight from the input, one GEMM per
-    // kernel row ([`direct_rows`]).
-    let direct = !pointwise && p.groups == 1 && p.dilation[1] == 1 && p.kernel[1] * cin <= 32;
+    let ConvPlan {
+        path,
+        tile,
+        chunk,
+        tiles,
+        chunks,
+    } = plan(p, c0, c1, pool.threads());
+    let (pointwise, direct) = (path == ConvPath::Pointwise, path == ConvPath::Direct);
     let interior = interior_columns(p);
     let shared = SharedOut::new(out);
     // Clamp activations are applied in the GEMM's epilogue; others in a pass over the tile.
@@ -789,5 +841,53 @@ mod tests {
         for (i, v) in out.iter().enumerate() {
             assert_eq!(*v == -5.0, !(2..5).contains(&(i % 8)), "element {i}");
         }
+    }
+
+    #[test]
+    fn plan_names_the_path_and_tiles_cover_every_pixel_and_channel() {
+        let conv = |input: [usize; 4], cout: usize, k: usize, stride: usize, groups: usize| {
+            let pad = k / 2;
+            let out = |x: usize| (x + 2 * pad - k) / stride + 1;
+            ConvParams {
+                input,
+                output: [input[0], out(input[1]), out(input[2]), cout],
+                kernel: [k, k],
+                stride: [stride, stride],
+                dilation: [1, 1],
+                pad: [pad, pad],
+                groups,
+                activation: Activation::None,
+            }
+        };
+        let pointwise = conv([1, 14, 14, 64], 128, 1, 1, 1);
+        let stem = conv([1, 32, 32, 3], 16, 3, 2, 1);
+        let general = conv([1, 14, 14, 64], 128, 3, 1, 1);
+        let grouped = conv([1, 14, 14, 64], 64, 3, 1, 8);
+        assert_eq!(plan(&pointwise, 0, 128, 1).path, ConvPath::Pointwise);
+        assert_eq!(plan(&stem, 0, 16, 1).path, ConvPath::Direct);
+        assert_eq!(plan(&general, 0, 128, 1).path, ConvPath::Im2col);
+        assert_eq!(plan(&grouped, 0, 64, 1).path, ConvPath::Im2col);
+        // A stride-1 1x1 with padding is not pointwise.
+        let padded = ConvParams {
+            pad: [1, 1],
+            output: [1, 16, 16, 128],
+            ..pointwise.clone()
+        };
+        assert_eq!(plan(&padded, 0, 128, 1).path, ConvPath::Im2col);
+        for p in [&pointwise, &stem, &general, &grouped] {
+            let pixels = p.output[1] * p.output[2];
+            let cout = p.output[3];
+            for threads in [1, 2, 4] {
+                for (c0, c1) in [(0, cout), (3, cout - 1), (0, 1)] {
+                    let q = plan(p, c0, c1, threads);
+                    assert!(q.tile * q.tiles >= pixels && q.tile * (q.tiles - 1) < pixels);
+                    assert!(q.chunk * q.chunks >= c1 - c0 && q.chunk * (q.chunks - 1) < c1 - c0);
+                    assert!(q.tiles * q.chunks >= threads.min(pixels), "{q:?}");
+                }
+            }
+        }
+        // 3x3 with padding 1 and stride 1: the first and last output columns touch the padding.
+        assert_eq!(border_columns(&general), 2);
+        assert_eq!(border_columns(&pointwise), 0);
     }
 }

@@ -47,7 +47,7 @@ const HALF: usize = NR / 2;
 
 /// Depth of one `K` block: a panel slice of `KC × NR` values (64 KiB) stays in L1/L2 while every
 /// row tile of a row block passes over it.
-const KC: usize = 512;
+pub const KC: usize = 512;
 
 /// Bytes of left-hand side per row block, sized to stay in L2 while every panel passes over it.
 const A_BLOCK_BYTES: usize = 1 << 20;
