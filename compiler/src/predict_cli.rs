@@ -107,8 +107,9 @@ pub struct EvalArgs {
     pub profile: PathBuf,
     /// A dataset measured on the same device (CSV or .csv.gz).
     pub dataset: PathBuf,
-    /// Print `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}}` (MAPE in percent;
-    /// with `--repeat`, also `"repeatability"` of the same shape).
+    /// Print `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}, "offset": {NAME: …}}`
+    /// (MAPE in percent; offset: the median of measured / predicted, minus 1, in percent; with
+    /// `--repeat`, also `"repeatability"` of the executors' shape).
     #[arg(long)]
     pub json: bool,
     /// A second measurement of (some of) the dataset's points, e.g. `tandem profile` run again
@@ -432,29 +433,33 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         println!("{j}");
     } else if let Some(floor) = &floor {
         println!(
-            "| executor | n | MAPE | within ±10% | repeated points | repeat MAPE | repeat within ±10% |\n\
-             |---|---:|---:|---:|---:|---:|---:|"
+            "| executor | n | MAPE | within ±10% | median offset | repeated points | repeat MAPE | \
+             repeat within ±10% |\n|---|---:|---:|---:|---:|---:|---:|---:|"
         );
         for (name, a) in &e.executors {
             let f = floor.get(name);
             println!(
-                "| {name} | {} | {:.2}% | {:.1}% | {} | {} | {} |",
+                "| {name} | {} | {:.2}% | {:.1}% | {:+.1}% | {} | {} | {} |",
                 a.n,
                 a.mape,
                 a.within10 * 100.0,
+                e.offset.get(name).copied().unwrap_or(0.0),
                 f.map_or(0, |f| f.n),
                 f.map_or("–".into(), |f| format!("{:.2}%", f.mape)),
                 f.map_or("–".into(), |f| format!("{:.1}%", f.within10 * 100.0)),
             );
         }
     } else {
-        println!("| executor | n | MAPE | within ±10% |\n|---|---:|---:|---:|");
+        println!(
+            "| executor | n | MAPE | within ±10% | median offset |\n|---|---:|---:|---:|---:|"
+        );
         for (name, a) in &e.executors {
             println!(
-                "| {name} | {} | {:.2}% | {:.1}% |",
+                "| {name} | {} | {:.2}% | {:.1}% | {:+.1}% |",
                 a.n,
                 a.mape,
-                a.within10 * 100.0
+                a.within10 * 100.0,
+                e.offset.get(name).copied().unwrap_or(0.0)
             );
         }
     }

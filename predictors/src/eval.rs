@@ -35,8 +35,33 @@ pub fn accuracy(predicted: &[f64], measured: &[f64]) -> Accuracy {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluation {
     pub executors: BTreeMap<String, Accuracy>,
+    /// Per executor, the median of measured / predicted, minus 1, in percent: how much slower
+    /// (+) or faster (−) the dataset ran than predicted overall. An offset shared by most
+    /// executors is the machine's own speed having moved between the two measurements (on a
+    /// shared host, by a few percent between hours), which no profile measured earlier can know.
+    pub offset: BTreeMap<String, f64>,
     /// Rows of executors the profile has no predictor for, by executor.
     pub unknown: BTreeMap<String, usize>,
+}
+
+/// The median of `measured[i] / predicted[i]`, minus 1, in percent (0 for no points).
+pub fn median_offset(predicted: &[f64], measured: &[f64]) -> f64 {
+    let mut ratios: Vec<f64> = predicted
+        .iter()
+        .zip(measured)
+        .map(|(p, m)| m / p.max(1e-12))
+        .collect();
+    if ratios.is_empty() {
+        return 0.0;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    let median = if n % 2 == 1 {
+        ratios[n / 2]
+    } else {
+        0.5 * (ratios[n / 2 - 1] + ratios[n / 2])
+    };
+    100.0 * (median - 1.0)
 }
 
 /// Predicts every row with `profile` (features from the row, dispatch features as recorded at
@@ -57,8 +82,12 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
     }
     Evaluation {
         executors: pairs
-            .into_iter()
-            .map(|(k, (p, m))| (k, accuracy(&p, &m)))
+            .iter()
+            .map(|(k, (p, m))| (k.clone(), accuracy(p, m)))
+            .collect(),
+        offset: pairs
+            .iter()
+            .map(|(k, (p, m))| (k.clone(), median_offset(p, m)))
             .collect(),
         unknown,
     }
@@ -106,9 +135,10 @@ pub fn repeatability(first: &[Row], repeat: &[Row]) -> BTreeMap<String, Accuracy
         .collect()
 }
 
-/// `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}}` (MAPE in percent).
+/// `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}, "offset": {NAME: …}}` (MAPE and
+/// offset in percent).
 pub fn to_json(e: &Evaluation) -> serde_json::Value {
-    serde_json::json!({ "executors": accuracies_json(&e.executors) })
+    serde_json::json!({ "executors": accuracies_json(&e.executors), "offset": e.offset })
 }
 
 /// `{NAME: {"mape": …, "within10": …, "n": …}}`.
@@ -123,4 +153,20 @@ pub fn accuracies_json(accuracies: &BTreeMap<String, Accuracy>) -> serde_json::V
         })
         .collect();
     serde_json::Value::Object(execs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_offset_is_the_median_ratio_in_percent() {
+        // Ratios 1.1, 1.1, 1.0: median 1.1.
+        let off = median_offset(&[1.0, 2.0, 3.0], &[1.1, 2.2, 3.0]);
+        assert!((off - 10.0).abs() < 1e-9, "{off}");
+        // Even count: the mean of the middle two (0.9 and 1.0).
+        let off = median_offset(&[1.0, 1.0, 1.0, 1.0], &[0.5, 0.9, 1.0, 2.0]);
+        assert!((off + 5.0).abs() < 1e-9, "{off}");
+        assert_eq!(median_offset(&[], &[]), 0.0);
+    }
 }

@@ -320,6 +320,21 @@ fn training_evaluation_and_profile_files() {
             .is_some_and(|w| (0.0..=1.0).contains(&w)));
         assert!(v["n"].as_u64().is_some_and(|n| n > 0));
     }
+    assert_eq!(j["offset"].as_object().map(|o| o.len()), Some(execs.len()));
+    // The same points 5% slower: every executor's median offset moves by exactly that factor.
+    let slower: Vec<Row> = rows
+        .iter()
+        .cloned()
+        .map(|mut r| {
+            r.ms *= 1.05;
+            r
+        })
+        .collect();
+    let e5 = evaluate(&profile, &slower);
+    for (name, off) in &e5.offset {
+        let expected = (1.05 * (1.0 + e.offset[name] / 100.0) - 1.0) * 100.0;
+        assert!((off - expected).abs() < 1e-9, "{name}: {off} vs {expected}");
+    }
 
     // Save, load, predict identically; the sweep covers every candidate.
     let dir = tempfile::tempdir().expect("tempdir");
