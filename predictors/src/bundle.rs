@@ -201,7 +201,7 @@ impl Profile {
             return Ok(0.0);
         }
         let (d, x) = features::gpu_features(layer, g, self.device());
-        let e = self.executor(&features::gpu_executor(layer, d.variant))?;
+        let e = self.executor(&features::gpu_executor(layer.op, d.variant))?;
         Ok(e.predict_ms(&x[..e.features.len()]))
     }
 
@@ -254,7 +254,7 @@ impl Profile {
         }
         let mut gpu_ms = vec![0.0; counts.len()];
         for (variant, at, rows) in &gpu_rows {
-            let e = self.executor(&features::gpu_executor(layer, *variant))?;
+            let e = self.executor(&features::gpu_executor(layer.op, *variant))?;
             let n = e.features.len();
             let rows: Vec<&[f64]> = rows.iter().map(|x| &x[..n]).collect();
             for (&i, ms) in at.iter().zip(e.predict_ms_batch(&rows)) {

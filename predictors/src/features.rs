@@ -446,11 +446,11 @@ pub fn group_features(layer: &Layer) -> Vec<f64> {
     vec![g as f64, (layer.cin / g) as f64, (layer.cout / g) as f64]
 }
 
-/// The GPU executor of `layer` when its GPU part dispatches to `variant`: the variant's name,
-/// except for grouped convolutions (`conv_grouped` for the generic conv kernel, `V_grouped` for
-/// another variant `V`), so that they have models of their own.
-pub fn gpu_executor(layer: &Layer, variant: tandem_runtime::gpu::dispatch::Variant) -> String {
-    if layer.op != OpKind::GroupedConv {
+/// The GPU executor of a layer of kind `op` whose GPU part dispatches to `variant`: the
+/// variant's name, except for grouped convolutions (`conv_grouped` for the generic conv kernel,
+/// `V_grouped` for another variant `V`), so that they have models of their own.
+pub fn gpu_executor(op: OpKind, variant: tandem_runtime::gpu::dispatch::Variant) -> String {
+    if op != OpKind::GroupedConv {
         return variant.name().to_string();
     }
     match variant.name() {

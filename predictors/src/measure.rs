@@ -299,7 +299,7 @@ pub fn random_layers_where(
 /// and its CPU op kind's at each of `threads`.
 pub fn whole_layer_executors(layer: &Layer, device: &DeviceInfo, threads: &[usize]) -> Vec<String> {
     let d = dispatch(layer.to_op().gpu_op(), 0..layer.cout, device);
-    let mut out = vec![gpu_executor(layer, d.variant)];
+    let mut out = vec![gpu_executor(layer.op, d.variant)];
     out.extend(threads.iter().map(|&t| cpu_executor(layer.op, t)));
     out
 }
@@ -319,9 +319,7 @@ pub fn possible_executors(ops: &[OpKind], threads: &[usize]) -> Vec<String> {
             OpKind::Depthwise => &[Variant::DepthwiseGeneric, Variant::Depthwise3x3],
             OpKind::Linear => &[Variant::FullyConnected],
         };
-        // Executor names depend on the op kind only; any layer of the kind names them.
-        let layer = random_layer(op, &mut Rng::new(1));
-        out.extend(variants.iter().map(|&v| gpu_executor(&layer, v)));
+        out.extend(variants.iter().map(|&v| gpu_executor(op, v)));
     }
     out.sort();
     out.dedup();
@@ -572,7 +570,7 @@ pub fn run(
         )
         .map_err(gpu_err)?;
         for ((&g, d), t) in gpu_points.iter().zip(&dispatches).zip(&gpu_times) {
-            let mut r = base(gpu_executor(layer, d.variant), 0, c - g, c);
+            let mut r = base(gpu_executor(layer.op, d.variant), 0, c - g, c);
             r.variant = d.variant.name().to_string();
             r.dispatch = record(d);
             r.ms = t.median_ms;

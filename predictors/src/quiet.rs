@@ -29,8 +29,8 @@ use tandem_runtime::profile::{MeasureOptions, Timing};
 pub const CALIBRATION: usize = 12;
 const CALIBRATION_PAUSE: Duration = Duration::from_millis(150);
 
-/// Probe times the quiet time is the least of (several minutes of profiling): long enough to
-/// span a slow phase, short enough to follow a lasting change of the machine.
+/// Recent probe times the quiet time is the 10th percentile of (several minutes of profiling):
+/// long enough to span a slow phase, short enough to follow a lasting change of the machine.
 const WINDOW: usize = 2000;
 
 /// Pause between probes while waiting for a quiet phase.

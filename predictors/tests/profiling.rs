@@ -217,7 +217,7 @@ fn grouped_convolutions_get_their_own_executors_and_predictors() {
     assert!(rows.iter().any(|r| r.executor == "conv_grouped"));
     for r in rows.iter().filter(|r| r.threads == 0) {
         let (d, _) = gpu_features(&r.layer, r.c1 - r.c0, &dev);
-        assert_eq!(r.executor, gpu_executor(&r.layer, d.variant));
+        assert_eq!(r.executor, gpu_executor(r.layer.op, d.variant));
         assert!(is_grouped(&r.executor));
         assert_eq!(record(&d), r.dispatch, "{}", r.config);
     }
