@@ -115,56 +115,86 @@ impl FlatForest {
     }
 
     /// Raw scores of many rows, tree by tree: each tree's nodes stay in cache for every row.
-    /// The rows go down each tree together ([`FlatForest::descend`]): at a split on a feature
-    /// that is equal in every row (in a sweep over a layer's splits, its geometry) they all
-    /// take the same side after one test; at other splits they are partitioned. Same leaves,
+    /// The rows go down each tree together ([`FlatForest::descend`]), as index lists that
+    /// keep the batch's order. At a split on a feature that is equal in every row (in a sweep
+    /// over a layer's splits, its geometry) they all take the same side after one test; on a
+    /// feature that rises or falls along the batch (the channel count, FLOPs, bytes) the sides
+    /// are found by a binary search; on other features the rows are partitioned. Same leaves,
     /// added in the same order: the same scores as one row at a time.
     fn predict_batch(&self, rows: &[&[f64]]) -> Vec<f64> {
         let mut out = vec![0.0; rows.len()];
         let Some(first) = rows.first() else {
             return out;
         };
-        let shared: Vec<bool> = (0..first.len())
-            .map(|f| rows.iter().all(|x| x[f].to_bits() == first[f].to_bits()))
+        let shapes: Vec<Shape> = (0..first.len())
+            .map(|f| Shape::of(rows.iter().map(|x| x[f])))
             .collect();
+        let batch = Batch {
+            rows,
+            shapes: &shapes,
+        };
         let mut order: Vec<u32> = Vec::with_capacity(rows.len());
+        let mut spare: Vec<u32> = vec![0; rows.len()];
         for &root in &self.roots {
             order.clear();
             order.extend(0..rows.len() as u32);
-            self.descend(root, &mut order, rows, &shared, &mut out);
+            self.descend(root, &mut order, &mut spare, &batch, &mut out);
         }
         out
     }
 
-    /// Sends the rows `order` (indices into `rows`) down from `node`, adding each one's leaf
-    /// value to its score.
+    /// Sends the rows `order` (indices into the batch, in increasing order) down from `node`,
+    /// adding each one's leaf value to its score. `spare` is scratch space at least as long as
+    /// `order`.
     fn descend(
         &self,
         mut node: i32,
         mut order: &mut [u32],
-        rows: &[&[f64]],
-        shared: &[bool],
+        spare: &mut [u32],
+        batch: &Batch,
         out: &mut [f64],
     ) {
         while node >= 0 {
             let n = &self.nodes[node as usize];
             let f = n.feature as usize;
-            let goes = |i: u32| goes_left(n.decision, n.threshold, rows[i as usize][f]);
-            if shared.get(f).copied().unwrap_or(false) || order.len() == 1 {
-                node = n.children[usize::from(goes(order[0]))];
-                continue;
-            }
-            // Partition: rows going left first; the left ones recurse, the right ones go on.
-            let mut split = 0;
-            for j in 0..order.len() {
-                if goes(order[j]) {
-                    order.swap(split, j);
-                    split += 1;
-                }
-            }
-            let (left, right) = std::mem::take(&mut order).split_at_mut(split);
+            let value = |i: u32| batch.rows[i as usize][f];
+            let goes = |i: u32| goes_left(n.decision, n.threshold, value(i));
+            let shape = batch.shapes.get(f).copied().unwrap_or(Shape::MIXED);
+            // Whether `v <= threshold` alone decides (no value takes a missing-value side).
+            let plain = match (n.decision >> 2) & 3 {
+                1 => !shape.zero,
+                _ => true,
+            };
+            // The left rows: a prefix or a suffix of `order` (monotone feature), or the front
+            // of `order` after a stable partition.
+            let (left, right): (&mut [u32], &mut [u32]) =
+                if shape.kind == Kind::Shared || order.len() == 1 {
+                    node = n.children[usize::from(goes(order[0]))];
+                    continue;
+                } else if plain && shape.kind == Kind::Rising {
+                    let k = order.partition_point(|&i| value(i) <= n.threshold);
+                    std::mem::take(&mut order).split_at_mut(k)
+                } else if plain && shape.kind == Kind::Falling {
+                    let k = order.partition_point(|&i| value(i) > n.threshold);
+                    let (r, l) = std::mem::take(&mut order).split_at_mut(k);
+                    (l, r)
+                } else {
+                    let (mut nl, mut nr) = (0, 0);
+                    for j in 0..order.len() {
+                        let i = order[j];
+                        if goes(i) {
+                            order[nl] = i;
+                            nl += 1;
+                        } else {
+                            spare[nr] = i;
+                            nr += 1;
+                        }
+                    }
+                    order[nl..].copy_from_slice(&spare[..nr]);
+                    std::mem::take(&mut order).split_at_mut(nl)
+                };
             if !left.is_empty() {
-                self.descend(n.children[1], left, rows, shared, out);
+                self.descend(n.children[1], left, spare, batch, out);
             }
             if right.is_empty() {
                 return;
@@ -176,6 +206,63 @@ impl FlatForest {
         for &i in order.iter() {
             out[i as usize] += v;
         }
+    }
+}
+
+/// The rows of a batch and how each feature varies along them.
+struct Batch<'a> {
+    rows: &'a [&'a [f64]],
+    shapes: &'a [Shape],
+}
+
+/// How a feature's values run along a batch's rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    /// Bit-equal in every row.
+    Shared,
+    /// Non-decreasing (no NaN): `v <= t` holds on a prefix.
+    Rising,
+    /// Non-increasing (no NaN): `v <= t` holds on a suffix.
+    Falling,
+    Mixed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shape {
+    kind: Kind,
+    /// Some value is zero for LightGBM's zero-as-missing rule (`|v| <= 1e-35`).
+    zero: bool,
+}
+
+impl Shape {
+    /// A feature about which nothing is assumed.
+    const MIXED: Shape = Shape {
+        kind: Kind::Mixed,
+        zero: true,
+    };
+
+    fn of(values: impl Iterator<Item = f64> + Clone) -> Shape {
+        let zero = values.clone().any(|v| v.abs() <= ZERO_THRESHOLD);
+        let mut it = values.clone();
+        let first = it.next().unwrap_or(0.0);
+        let kind = if values.clone().all(|v| v.to_bits() == first.to_bits()) {
+            Kind::Shared
+        } else if values.clone().any(f64::is_nan) {
+            Kind::Mixed
+        } else {
+            let pairs = values.clone().zip(values.skip(1));
+            let (mut up, mut down) = (true, true);
+            for (a, b) in pairs {
+                up &= a <= b;
+                down &= a >= b;
+            }
+            match (up, down) {
+                (true, _) => Kind::Rising,
+                (_, true) => Kind::Falling,
+                _ => Kind::Mixed,
+            }
+        };
+        Shape { kind, zero }
     }
 }
 
@@ -553,19 +640,20 @@ mod tests {
         assert_eq!(forest.predict(&[1.0, f64::NAN]), 0.5 - 3.0 + 1.5);
     }
 
-    /// A batch whose rows share some features (a sweep's layer geometry) scores each row
-    /// exactly as alone, whichever features are shared, NaN included.
+    /// A batch whose rows share some features (a sweep's layer geometry) and have others
+    /// rising or falling (its channel counts) scores each row exactly as alone, whichever
+    /// features are shared or monotone, with zeros and NaN.
     #[test]
     fn a_batch_with_shared_features_scores_each_row_as_alone() {
         let mut rng = tandem_runtime::rng::Rng::new(5);
         let mut draw = |n: u64| (rng.next_u64() % n) as f64;
-        // Random trees of depth 3 over 4 features, on values 0..8 with thresholds between.
+        // Random trees of depth 3 over 4 features, on values 0..8, thresholds on and between them.
         let trees: Vec<Tree> = (0..40)
             .map(|_| {
                 let features: Vec<u32> = (0..7).map(|_| draw(4) as u32).collect();
-                let thresholds: Vec<f64> = (0..7).map(|_| draw(8) + 0.5).collect();
+                let thresholds: Vec<f64> = (0..7).map(|_| draw(16) / 2.0).collect();
                 let decisions: Vec<u8> = (0..7)
-                    .map(|_| [0, 0b0110, 0b1000][draw(3) as usize])
+                    .map(|_| [0, 0b0110, 0b0100, 0b1000][draw(4) as usize])
                     .collect();
                 // Node i has children 2i+1, 2i+2 (nodes 1..=6); nodes 3..=6 have leaves.
                 let kids: Vec<(i32, i32)> = (0..7)
@@ -588,22 +676,23 @@ mod tests {
             flat: OnceLock::new(),
         };
         forest.check().expect("a consistent forest");
-        for shared in 0..16u32 {
-            let base: Vec<f64> = (0..4).map(|_| draw(9)).collect();
-            let rows: Vec<Vec<f64>> = (0..12)
-                .map(|r| {
-                    (0..4)
-                        .map(|f| {
-                            if shared & (1 << f) != 0 {
-                                base[f]
-                            } else if r == 5 {
-                                f64::NAN
-                            } else {
-                                draw(9)
-                            }
-                        })
-                        .collect()
+        // Each feature shared, random (NaN in row 5), rising or falling: every mix of 4.
+        for pattern in 0..256u32 {
+            let columns: Vec<Vec<f64>> = (0..4)
+                .map(|f| {
+                    let base = draw(9);
+                    let mut column: Vec<f64> = (0..12).map(|_| draw(9)).collect();
+                    match (pattern >> (2 * f)) & 3 {
+                        0 => column.fill(base),
+                        1 => column[5] = f64::NAN,
+                        2 => column.sort_by(f64::total_cmp),
+                        _ => column.sort_by(|a, b| b.total_cmp(a)),
+                    }
+                    column
                 })
+                .collect();
+            let rows: Vec<Vec<f64>> = (0..12)
+                .map(|r| columns.iter().map(|c| c[r]).collect())
                 .collect();
             let refs: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
             for (x, b) in rows.iter().zip(forest.predict_batch(&refs)) {
@@ -611,7 +700,7 @@ mod tests {
                 assert_eq!(
                     b.to_bits(),
                     alone.to_bits(),
-                    "shared {shared:04b}, row {x:?}"
+                    "pattern {pattern:08b}, row {x:?}"
                 );
             }
         }
