@@ -8,7 +8,7 @@ use clap::Args;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tandem_predictors::dataset;
+use tandem_predictors::dataset::{self, Row};
 use tandem_predictors::eval::{accuracies_json, evaluate, repeatability, to_json};
 use tandem_predictors::features::{Layer, OpKind};
 use tandem_predictors::measure::{self, progress_line, Limits, Plan};
@@ -117,6 +117,11 @@ pub struct EvalArgs {
     /// a MAPE), the floor under any predictor's MAPE on this dataset.
     #[arg(long, value_name = "AGAIN.csv")]
     pub repeat: Option<PathBuf>,
+    /// Also write every point's prediction to this CSV (`config, executor, threads, c0, c1,
+    /// ms, predicted_ms, error_percent`; error = predicted / measured − 1): where the errors
+    /// lie.
+    #[arg(long, value_name = "POINTS.csv")]
+    pub points: Option<PathBuf>,
 }
 
 /// The sidecar of a dataset that records the full device description: `DATASET.device.json`.
@@ -466,5 +471,29 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     for (name, n) in &e.unknown {
         eprintln!("warning: {n} rows of executor '{name}' have no predictor in the profile");
     }
+    if let Some(path) = &args.points {
+        write_points(path, &rows, &e.predicted)?;
+    }
     Ok(())
+}
+
+/// Writes `tandem eval --points`: one line per row that has a prediction.
+fn write_points(path: &Path, rows: &[Row], predicted: &[Option<f64>]) -> Result<()> {
+    let mut out = String::from("config,executor,threads,c0,c1,ms,predicted_ms,error_percent\n");
+    for (r, p) in rows.iter().zip(predicted) {
+        if let Some(p) = p {
+            out.push_str(&format!(
+                "{},{},{},{},{},{},{},{:.3}\n",
+                r.config,
+                r.executor,
+                r.threads,
+                r.c0,
+                r.c1,
+                r.ms,
+                p,
+                100.0 * (p / r.ms.max(1e-12) - 1.0)
+            ));
+        }
+    }
+    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
 }

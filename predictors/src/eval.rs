@@ -42,6 +42,8 @@ pub struct Evaluation {
     pub offset: BTreeMap<String, f64>,
     /// Rows of executors the profile has no predictor for, by executor.
     pub unknown: BTreeMap<String, usize>,
+    /// The prediction (ms) of each row of the dataset, in its order (`None`: no predictor).
+    pub predicted: Vec<Option<f64>>,
 }
 
 /// The median of `measured[i] / predicted[i]`, minus 1, in percent (0 for no points).
@@ -69,13 +71,16 @@ pub fn median_offset(predicted: &[f64], measured: &[f64]) -> f64 {
 pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
     let mut pairs: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     let mut unknown = BTreeMap::new();
+    let mut predicted = Vec::with_capacity(rows.len());
     for r in rows {
         let Some(e) = profile.executors.get(&r.executor) else {
             *unknown.entry(r.executor.clone()).or_insert(0) += 1;
+            predicted.push(None);
             continue;
         };
         let x = row_features(r, e.dispatch_features);
         let p = e.predict_ms(&x);
+        predicted.push(Some(p));
         let entry = pairs.entry(r.executor.clone()).or_default();
         entry.0.push(p);
         entry.1.push(r.ms);
@@ -90,6 +95,7 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
             .map(|(k, (p, m))| (k.clone(), median_offset(p, m)))
             .collect(),
         unknown,
+        predicted,
     }
 }
 

@@ -1,0 +1,110 @@
+//! `tandem eval`: the table, the JSON and the per-point CSV agree with the library's own
+//! evaluation of the shipped profile on a shipped fresh dataset; a missing dataset is a clear
+//! error.
+
+use std::path::PathBuf;
+use std::process::Command;
+use tandem_predictors::dataset;
+use tandem_predictors::eval::evaluate;
+use tandem_predictors::Profile;
+
+fn tandem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+}
+
+fn profiles() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../predictors/profiles")
+}
+
+#[test]
+fn eval_json_and_points_match_the_library_evaluation() {
+    let profile_path = profiles().join("pocl-1core.profile");
+    let data_path = profiles().join("pocl-1core.fresh2.csv.gz");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let points = dir.path().join("points.csv");
+    let out = tandem()
+        .arg("eval")
+        .arg(&profile_path)
+        .arg(&data_path)
+        .arg("--json")
+        .arg("--points")
+        .arg(&points)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+
+    let profile = Profile::load(&profile_path).expect("shipped profile");
+    let rows = dataset::read(&data_path).expect("shipped dataset");
+    let expected = evaluate(&profile, &rows);
+    assert!(expected.executors.len() >= 10);
+    for (name, a) in &expected.executors {
+        let j = &json["executors"][name];
+        assert_eq!(j["n"].as_u64(), Some(a.n as u64), "{name}");
+        assert!(
+            (j["mape"].as_f64().expect("mape") - a.mape).abs() < 1e-9,
+            "{name}"
+        );
+        assert!((j["within10"].as_f64().expect("within10") - a.within10).abs() < 1e-12);
+        let offset = json["offset"][name].as_f64().expect("offset");
+        assert!((offset - expected.offset[name]).abs() < 1e-9, "{name}");
+    }
+
+    // One line per predicted row, in the dataset's order, with its prediction and error.
+    let text = std::fs::read_to_string(&points).expect("points written");
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("config,executor,threads,c0,c1,ms,predicted_ms,error_percent")
+    );
+    let predicted: Vec<(&dataset::Row, f64)> = rows
+        .iter()
+        .zip(&expected.predicted)
+        .filter_map(|(r, p)| p.map(|p| (r, p)))
+        .collect();
+    let lines: Vec<&str> = lines.collect();
+    assert_eq!(lines.len(), predicted.len());
+    let mut abs_error_sum = 0.0;
+    for (line, (r, p)) in lines.iter().zip(&predicted) {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), 8, "{line}");
+        assert_eq!((f[0], f[1]), (r.config.as_str(), r.executor.as_str()));
+        assert_eq!(f[3].parse::<usize>().ok(), Some(r.c0));
+        assert_eq!(f[4].parse::<usize>().ok(), Some(r.c1));
+        let (ms, pred, err): (f64, f64, f64) = (
+            f[5].parse().expect("ms"),
+            f[6].parse().expect("predicted"),
+            f[7].parse().expect("error"),
+        );
+        assert_eq!(ms, r.ms);
+        assert!((pred - p).abs() <= 1e-12 * p.abs(), "{line}");
+        assert!((err - 100.0 * (pred / ms - 1.0)).abs() < 1e-3, "{line}");
+        abs_error_sum += err.abs();
+    }
+    // The points' errors average to the overall MAPE (weighted by points per executor).
+    let n: usize = expected.executors.values().map(|a| a.n).sum();
+    let mape: f64 = expected
+        .executors
+        .values()
+        .map(|a| a.mape * a.n as f64)
+        .sum::<f64>()
+        / n as f64;
+    assert!((abs_error_sum / n as f64 - mape).abs() < 1e-2);
+}
+
+#[test]
+fn eval_of_a_missing_dataset_names_it() {
+    let out = tandem()
+        .arg("eval")
+        .arg(profiles().join("pocl-1core.profile"))
+        .arg("no/such/data.csv")
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no/such/data.csv"), "{stderr}");
+}
