@@ -126,12 +126,12 @@ impl FlatForest {
         let Some(first) = rows.first() else {
             return out;
         };
-        let shapes: Vec<Shape> = (0..first.len())
-            .map(|f| Shape::of(rows.iter().map(|x| x[f])))
+        let columns: Vec<Vec<f64>> = (0..first.len())
+            .map(|f| rows.iter().map(|x| x[f]).collect())
             .collect();
         let batch = Batch {
-            rows,
-            shapes: &shapes,
+            shapes: columns.iter().map(|c| Shape::of(c)).collect(),
+            columns,
         };
         let mut order: Vec<u32> = Vec::with_capacity(rows.len());
         let mut spare: Vec<u32> = vec![0; rows.len()];
@@ -157,7 +157,8 @@ impl FlatForest {
         while node >= 0 {
             let n = &self.nodes[node as usize];
             let f = n.feature as usize;
-            let value = |i: u32| batch.rows[i as usize][f];
+            let column = &batch.columns[f];
+            let value = |i: u32| column[i as usize];
             let goes = |i: u32| goes_left(n.decision, n.threshold, value(i));
             let shape = batch.shapes.get(f).copied().unwrap_or(Shape::MIXED);
             // Whether `v <= threshold` alone decides (no value takes a missing-value side).
@@ -209,10 +210,11 @@ impl FlatForest {
     }
 }
 
-/// The rows of a batch and how each feature varies along them.
-struct Batch<'a> {
-    rows: &'a [&'a [f64]],
-    shapes: &'a [Shape],
+/// The rows of a batch, feature by feature, and how each feature varies along them.
+struct Batch {
+    /// `columns[f][i]`: feature `f` of row `i`.
+    columns: Vec<Vec<f64>>,
+    shapes: Vec<Shape>,
 }
 
 /// How a feature's values run along a batch's rows.
@@ -241,26 +243,26 @@ impl Shape {
         zero: true,
     };
 
-    fn of(values: impl Iterator<Item = f64> + Clone) -> Shape {
-        let zero = values.clone().any(|v| v.abs() <= ZERO_THRESHOLD);
-        let mut it = values.clone();
-        let first = it.next().unwrap_or(0.0);
-        let kind = if values.clone().all(|v| v.to_bits() == first.to_bits()) {
-            Kind::Shared
-        } else if values.clone().any(f64::is_nan) {
-            Kind::Mixed
-        } else {
-            let pairs = values.clone().zip(values.skip(1));
-            let (mut up, mut down) = (true, true);
-            for (a, b) in pairs {
-                up &= a <= b;
-                down &= a >= b;
-            }
-            match (up, down) {
-                (true, _) => Kind::Rising,
-                (_, true) => Kind::Falling,
-                _ => Kind::Mixed,
-            }
+    /// The shape of one feature's values along a batch (one pass).
+    fn of(values: &[f64]) -> Shape {
+        let first = values.first().copied().unwrap_or(0.0);
+        let (mut shared, mut up, mut down) = (true, true, true);
+        let (mut zero, mut nan) = (false, false);
+        let mut prev = first;
+        for &v in values {
+            shared &= v.to_bits() == first.to_bits();
+            up &= prev <= v;
+            down &= prev >= v;
+            zero |= v.abs() <= ZERO_THRESHOLD;
+            nan |= v.is_nan();
+            prev = v;
+        }
+        let kind = match (shared, nan, up, down) {
+            (true, ..) => Kind::Shared,
+            (_, true, ..) => Kind::Mixed,
+            (_, _, true, _) => Kind::Rising,
+            (_, _, _, true) => Kind::Falling,
+            _ => Kind::Mixed,
         };
         Shape { kind, zero }
     }
