@@ -1,5 +1,6 @@
-//! `tandem profile`, `tandem train` and `tandem eval`: measure a device, train its latency
-//! predictors, and score a profile on a dataset.
+//! `tandem profile`, `tandem train`, `tandem eval` and `tandem calibrate`: measure a device,
+//! train its latency predictors, score a profile on a dataset, and bring a profile to the
+//! device's speed today.
 
 use crate::lower::CompileOptions;
 use crate::passes::RefactorDepthwise;
@@ -8,6 +9,7 @@ use clap::Args;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tandem_predictors::calibrate;
 use tandem_predictors::dataset::{self, Row};
 use tandem_predictors::eval::{accuracies_json, evaluate, repeatability, to_json};
 use tandem_predictors::features::{Layer, OpKind};
@@ -122,6 +124,25 @@ pub struct EvalArgs {
     /// lie.
     #[arg(long, value_name = "POINTS.csv")]
     pub points: Option<PathBuf>,
+}
+
+/// `tandem calibrate`: per-executor factors from a recent measurement.
+#[derive(Args, Debug, Clone)]
+pub struct CalibrateArgs {
+    /// The profile to calibrate.
+    pub profile: PathBuf,
+    /// A short measurement of the same device made now (`tandem profile --time-budget 4`, a
+    /// seed of its own): each executor's predictions are scaled by the median of measured /
+    /// predicted on it.
+    pub dataset: PathBuf,
+    /// The calibrated profile to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Configurations an executor needs in the dataset for its factor to be applied (fewer:
+    /// its predictions are left as they are; so are they when the factor is within two
+    /// standard errors of 1).
+    #[arg(long, default_value_t = calibrate::DEFAULT_MIN_CONFIGS)]
+    pub min_configs: usize,
 }
 
 /// The sidecar of a dataset that records the full device description: `DATASET.device.json`.
@@ -474,6 +495,54 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     if let Some(path) = &args.points {
         write_points(path, &rows, &e.predicted)?;
     }
+    Ok(())
+}
+
+/// Runs `tandem calibrate`.
+pub fn calibrate(args: &CalibrateArgs) -> Result<()> {
+    let profile = Profile::load(&args.profile)?;
+    let rows = dataset::read(&args.dataset)?;
+    let name = args
+        .dataset
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (calibrated, c) = calibrate::calibrate(
+        &profile,
+        &rows,
+        &name,
+        &tandem_predictors::bundle::today(),
+        args.min_configs,
+    )
+    .with_context(|| format!("cannot calibrate with {}", args.dataset.display()))?;
+    calibrated.save(&args.output)?;
+    println!(
+        "| executor | points | configurations | measured / predicted | standard error | applied \
+         |\n|---|---:|---:|---:|---:|---|"
+    );
+    for (name, e) in &c.executors {
+        let applied = if e.applied {
+            "yes"
+        } else if e.configs < c.min_configs {
+            "no: too few configurations"
+        } else {
+            "no: within 2 standard errors of 1"
+        };
+        println!(
+            "| {name} | {} | {} | {:.3} | {} | {applied} |",
+            e.points,
+            e.configs,
+            e.factor,
+            e.standard_error
+                .map_or("–".into(), |se| format!("{:.1}%", 100.0 * se))
+        );
+    }
+    for name in profile.executors.keys() {
+        if !c.executors.contains_key(name) {
+            println!("| {name} | 0 | 0 | – | – | no: no points |");
+        }
+    }
+    println!("calibrated profile → {}", args.output.display());
     Ok(())
 }
 

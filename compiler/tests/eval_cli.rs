@@ -1,6 +1,7 @@
 //! `tandem eval`: the table, the JSON and the per-point CSV agree with the library's own
 //! evaluation of the shipped profile on a shipped fresh dataset; a missing dataset is a clear
-//! error.
+//! error. `tandem calibrate`: the calibrated profile has no offset left on its calibration data
+//! where it applied a factor, and is unchanged elsewhere.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -107,4 +108,72 @@ fn eval_of_a_missing_dataset_names_it() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no/such/data.csv"), "{stderr}");
+}
+
+fn eval_json(profile: &std::path::Path, data: &std::path::Path) -> serde_json::Value {
+    let out = tandem()
+        .arg("eval")
+        .arg(profile)
+        .arg(data)
+        .arg("--json")
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn calibrate_removes_the_offsets_it_is_sure_of() {
+    // The shipped fresh set as if the machine ran 10% faster that day.
+    let profile = profiles().join("pocl-1core.profile");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("faster.csv");
+    let mut rows = dataset::read(&profiles().join("pocl-1core.fresh2.csv.gz")).expect("data");
+    for r in &mut rows {
+        r.ms *= 0.9;
+    }
+    dataset::write(&data, &rows).expect("write");
+    let calibrated = dir.path().join("cal.profile");
+    let out = tandem()
+        .arg("calibrate")
+        .arg(&profile)
+        .arg(&data)
+        .arg("-o")
+        .arg(&calibrated)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let cal = Profile::load(&calibrated).expect("a calibrated profile loads");
+    let record = &cal.provenance.calibrations[0];
+    assert_eq!(record.dataset, "faster.csv");
+    let (before, after) = (eval_json(&profile, &data), eval_json(&calibrated, &data));
+    let mut applied = 0;
+    for (name, e) in &record.executors {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("{name} missing from:\n{table}"));
+        let (b, a) = (&before["offset"][name], &after["offset"][name]);
+        if e.applied {
+            applied += 1;
+            assert!(line.ends_with("| yes |"), "{line}");
+            assert!(a.as_f64().expect("offset").abs() < 1.0, "{name}: {a}");
+            assert_eq!(cal.executors[name].scale, e.factor);
+        } else {
+            assert!(line.contains("| no: "), "{line}");
+            assert_eq!(a, b, "{name}");
+            assert_eq!(cal.executors[name].scale, 1.0);
+        }
+    }
+    // Every executor with 20 configurations or more (the rare kernels have fewer).
+    assert!(applied >= 8, "{table}");
 }

@@ -4,6 +4,7 @@
 //! its feature names and forest. Predictions are latencies in milliseconds:
 //! `exp(forest(features))`, since the forests are trained on the log of the latency.
 
+use crate::calibrate::Calibration;
 use crate::features::{self, cpu_executor, Layer, OpKind};
 use crate::forest::{Baseline, Forest};
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,9 @@ pub struct Provenance {
     pub configs: usize,
     /// Held-out (20% of configurations) accuracy per executor.
     pub validation: BTreeMap<String, Accuracy>,
+    /// Calibrations to a later state of the device (`tandem calibrate`), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calibrations: Vec<Calibration>,
 }
 
 /// One executor's predictor.
@@ -59,13 +63,24 @@ pub struct Executor {
     pub forest: Forest,
     /// The log-linear trend the forest corrects.
     pub baseline: Baseline,
+    /// Calibration factor the predictions are multiplied by (1 unless calibrated).
+    #[serde(default = "unit_scale", skip_serializing_if = "is_unit_scale")]
+    pub scale: f64,
+}
+
+fn unit_scale() -> f64 {
+    1.0
+}
+
+fn is_unit_scale(s: &f64) -> bool {
+    *s == 1.0
 }
 
 impl Executor {
-    /// Predicted latency (ms) for one feature row: `exp(baseline(x) + forest(x))`.
+    /// Predicted latency (ms) for one feature row: `scale · exp(baseline(x) + forest(x))`.
     #[inline]
     pub fn predict_ms(&self, x: &[f64]) -> f64 {
-        (self.baseline.eval(x) + self.forest.predict(x)).exp()
+        self.scale * (self.baseline.eval(x) + self.forest.predict(x)).exp()
     }
 
     /// [`Executor::predict_ms`] of many rows at once (equal results; faster, since each tree
@@ -73,7 +88,7 @@ impl Executor {
     pub fn predict_ms_batch(&self, rows: &[&[f64]]) -> Vec<f64> {
         let mut raw = self.forest.predict_batch(rows);
         for (r, x) in raw.iter_mut().zip(rows) {
-            *r = (*r + self.baseline.eval(x)).exp();
+            *r = self.scale * (*r + self.baseline.eval(x)).exp();
         }
         raw
     }
@@ -157,6 +172,12 @@ impl Profile {
             e.baseline
                 .check(e.features.len())
                 .map_err(|m| format!("executors.{name}.baseline: {m}"))?;
+            if !(e.scale.is_finite() && e.scale > 0.0) {
+                return Err(format!(
+                    "executors.{name}.scale: {} is not a positive factor",
+                    e.scale
+                ));
+            }
         }
         if !p.sync_ms.is_finite() || p.sync_ms < 0.0 {
             return Err(format!("field 'sync_ms': {} is not a latency", p.sync_ms));
@@ -311,4 +332,22 @@ pub fn default_for(device: &DeviceInfo) -> Option<PathBuf> {
             .map(|prof| prof.device().same_device(device))
             .unwrap_or(false)
     })
+}
+
+/// Today's UTC date, `YYYY-MM-DD`.
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    // Days to civil date (Howard Hinnant's algorithm).
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
 }

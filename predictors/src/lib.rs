@@ -9,8 +9,10 @@
 //! - [`forest`]: the pure-Rust tree evaluator the compiler predicts with.
 //! - [`bundle`]: the device profile ([`Profile`]): load, predict, sweep every split of a layer.
 //! - [`eval`]: MAPE and ±10% share per executor on any dataset.
+//! - [`calibrate`]: per-executor factors that bring a profile to the device's speed today.
 
 pub mod bundle;
+pub mod calibrate;
 pub mod dataset;
 pub mod eval;
 pub mod features;

@@ -372,6 +372,7 @@ pub fn train(
         executors.insert(
             name.to_string(),
             Executor {
+                scale: 1.0,
                 features: feature_names(name, true),
                 dispatch_features: true,
                 params: params.map(),
@@ -386,7 +387,8 @@ pub fn train(
             device: meta.device,
             cpu: meta.cpu,
             setting: meta.setting,
-            date: today(),
+            date: crate::bundle::today(),
+            calibrations: Vec::new(),
             tandem_version: format!("tandem {}", env!("CARGO_PKG_VERSION")),
             dataset: dataset_name.to_string(),
             samples: rows.len(),
@@ -404,24 +406,6 @@ pub fn train(
         executors: reports,
     };
     Ok((profile, report))
-}
-
-/// Today's UTC date, `YYYY-MM-DD`.
-pub fn today() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    // Days to civil date (Howard Hinnant's algorithm).
-    let z = secs.div_euclid(86_400) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
 }
 
 #[cfg(test)]

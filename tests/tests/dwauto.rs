@@ -231,6 +231,7 @@ fn executor(name: &str, cols: Vec<usize>, coef: Vec<f64>) -> Executor {
         dispatch_features: true,
         params: BTreeMap::new(),
         baseline: Baseline { cols, coef },
+        scale: 1.0,
     }
 }
 

@@ -39,6 +39,9 @@ enum Command {
     Train(tandem_compiler::predict_cli::TrainArgs),
     /// Score a device profile's predictions on a dataset (MAPE, share within ±10%).
     Eval(tandem_compiler::predict_cli::EvalArgs),
+    /// Calibrate a device profile to the device's speed today from a short recent measurement
+    /// (one factor per executor).
+    Calibrate(tandem_compiler::predict_cli::CalibrateArgs),
     /// Compile a .tflite model into a .tandem artifact.
     Compile {
         /// The `.tflite` model.
@@ -218,6 +221,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Profile(args) => tandem_compiler::predict_cli::profile(&args)?,
         Command::Train(args) => tandem_compiler::predict_cli::train(&args)?,
         Command::Eval(args) => tandem_compiler::predict_cli::eval(&args)?,
+        Command::Calibrate(args) => tandem_compiler::predict_cli::calibrate(&args)?,
         Command::Inspect { model, json } => {
             let bytes = std::fs::read(&model)
                 .with_context(|| format!("cannot read {}", model.display()))?;
