@@ -446,6 +446,15 @@ fn cpu_rows_of(other: &Path, main: &[dataset::Row]) -> Result<Vec<dataset::Row>>
 pub fn eval(args: &EvalArgs) -> Result<()> {
     let profile = Profile::load(&args.profile)?;
     let rows = dataset::read(&args.dataset)?;
+    let device = profile.device().label();
+    if let Some(r) = rows.iter().find(|r| r.device != device) {
+        eprintln!(
+            "warning: {} has rows measured on '{}'; the profile is for '{device}' (its \
+             predictions are for another device)",
+            args.dataset.display(),
+            r.device
+        );
+    }
     let e = evaluate(&profile, &rows);
     let floor = match &args.repeat {
         Some(path) => Some(repeatability(&rows, &dataset::read(path)?)),

@@ -98,6 +98,38 @@ fn eval_json_and_points_match_the_library_evaluation() {
 }
 
 #[test]
+fn eval_warns_of_a_dataset_from_another_device() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("other.csv");
+    let mut rows = dataset::read(&profiles().join("pocl-1core.fresh2.csv.gz")).expect("data");
+    rows.truncate(40);
+    for r in &mut rows {
+        r.device = "Some Vendor Some GPU (driver 1.0)".into();
+    }
+    dataset::write(&data, &rows).expect("write");
+    let out = tandem()
+        .arg("eval")
+        .arg(profiles().join("pocl-1core.profile"))
+        .arg(&data)
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning") && stderr.contains("Some Vendor Some GPU"),
+        "{stderr}"
+    );
+    // The shipped data of this device gives no such warning.
+    let quiet = tandem()
+        .arg("eval")
+        .arg(profiles().join("pocl-1core.profile"))
+        .arg(profiles().join("pocl-1core.fresh2.csv.gz"))
+        .output()
+        .expect("runs");
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("warning"));
+}
+
+#[test]
 fn eval_of_a_missing_dataset_names_it() {
     let out = tandem()
         .arg("eval")
