@@ -3,14 +3,31 @@
 //! error. `tandem calibrate`: the calibrated profile has no offset left on its calibration data
 //! where it applied a factor, and is unchanged elsewhere.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use tandem_predictors::dataset;
 use tandem_predictors::eval::evaluate;
 use tandem_predictors::Profile;
 
 fn tandem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tandem"))
+}
+
+/// `tandem ARGS…`, run to completion.
+fn tandem_with<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    tandem().args(args).output().expect("runs")
+}
+
+/// `tandem ARGS…`, which must succeed (its stderr is shown if not).
+fn tandem_ok<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    let out = tandem_with(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 fn profiles() -> PathBuf {
@@ -23,20 +40,14 @@ fn eval_json_and_points_match_the_library_evaluation() {
     let data_path = profiles().join("pocl-1core.fresh2.csv.gz");
     let dir = tempfile::tempdir().expect("tempdir");
     let points = dir.path().join("points.csv");
-    let out = tandem()
-        .arg("eval")
-        .arg(&profile_path)
-        .arg(&data_path)
-        .arg("--json")
-        .arg("--points")
-        .arg(&points)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tandem_ok(&[
+        OsStr::new("eval"),
+        profile_path.as_os_str(),
+        data_path.as_os_str(),
+        OsStr::new("--json"),
+        OsStr::new("--points"),
+        points.as_os_str(),
+    ]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
 
     let profile = Profile::load(&profile_path).expect("shipped profile");
@@ -107,54 +118,39 @@ fn eval_warns_of_a_dataset_from_another_device() {
         r.device = "Some Vendor Some GPU (driver 1.0)".into();
     }
     dataset::write(&data, &rows).expect("write");
-    let out = tandem()
-        .arg("eval")
-        .arg(profiles().join("pocl-1core.profile"))
-        .arg(&data)
-        .output()
-        .expect("runs");
-    assert!(out.status.success());
+    let profile = profiles().join("pocl-1core.profile");
+    let out = tandem_ok(&[OsStr::new("eval"), profile.as_os_str(), data.as_os_str()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("warning") && stderr.contains("Some Vendor Some GPU"),
         "{stderr}"
     );
     // The shipped data of this device gives no such warning.
-    let quiet = tandem()
-        .arg("eval")
-        .arg(profiles().join("pocl-1core.profile"))
-        .arg(profiles().join("pocl-1core.fresh2.csv.gz"))
-        .output()
-        .expect("runs");
+    let shipped = profiles().join("pocl-1core.fresh2.csv.gz");
+    let quiet = tandem_ok(&[OsStr::new("eval"), profile.as_os_str(), shipped.as_os_str()]);
     assert!(!String::from_utf8_lossy(&quiet.stderr).contains("warning"));
 }
 
 #[test]
 fn eval_of_a_missing_dataset_names_it() {
-    let out = tandem()
-        .arg("eval")
-        .arg(profiles().join("pocl-1core.profile"))
-        .arg("no/such/data.csv")
-        .output()
-        .expect("runs");
+    let profile = profiles().join("pocl-1core.profile");
+    let out = tandem_with(&[
+        OsStr::new("eval"),
+        profile.as_os_str(),
+        OsStr::new("no/such/data.csv"),
+    ]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no/such/data.csv"), "{stderr}");
 }
 
-fn eval_json(profile: &std::path::Path, data: &std::path::Path) -> serde_json::Value {
-    let out = tandem()
-        .arg("eval")
-        .arg(profile)
-        .arg(data)
-        .arg("--json")
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+fn eval_json(profile: &Path, data: &Path) -> serde_json::Value {
+    let out = tandem_ok(&[
+        OsStr::new("eval"),
+        profile.as_os_str(),
+        data.as_os_str(),
+        OsStr::new("--json"),
+    ]);
     serde_json::from_slice(&out.stdout).expect("one JSON object")
 }
 
@@ -170,19 +166,13 @@ fn calibrate_removes_the_offsets_it_is_sure_of() {
     }
     dataset::write(&data, &rows).expect("write");
     let calibrated = dir.path().join("cal.profile");
-    let out = tandem()
-        .arg("calibrate")
-        .arg(&profile)
-        .arg(&data)
-        .arg("-o")
-        .arg(&calibrated)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tandem_ok(&[
+        OsStr::new("calibrate"),
+        profile.as_os_str(),
+        data.as_os_str(),
+        OsStr::new("-o"),
+        calibrated.as_os_str(),
+    ]);
     let table = String::from_utf8_lossy(&out.stdout);
     let cal = Profile::load(&calibrated).expect("a calibrated profile loads");
     let record = &cal.provenance.calibrations[0];

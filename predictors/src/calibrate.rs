@@ -159,16 +159,7 @@ pub fn calibrate(
 /// sample); no error for fewer than two values.
 pub fn median_with_error(values: &[f64]) -> (f64, Option<f64>) {
     let n = values.len();
-    if n == 0 {
-        return (0.0, None);
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let median = if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        0.5 * (sorted[n / 2 - 1] + sorted[n / 2])
-    };
+    let median = tandem_runtime::profile::median(&mut values.to_vec());
     if n < 2 {
         return (median, None);
     }

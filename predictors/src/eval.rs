@@ -56,14 +56,7 @@ pub fn median_offset(predicted: &[f64], measured: &[f64]) -> f64 {
     if ratios.is_empty() {
         return 0.0;
     }
-    ratios.sort_by(f64::total_cmp);
-    let n = ratios.len();
-    let median = if n % 2 == 1 {
-        ratios[n / 2]
-    } else {
-        0.5 * (ratios[n / 2 - 1] + ratios[n / 2])
-    };
-    100.0 * (median - 1.0)
+    100.0 * (tandem_runtime::profile::median(&mut ratios) - 1.0)
 }
 
 /// Predicts every row with `profile` (features from the row, dispatch features as recorded at

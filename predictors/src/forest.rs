@@ -160,7 +160,7 @@ impl FlatForest {
             let column = &batch.columns[f];
             let value = |i: u32| column[i as usize];
             let goes = |i: u32| goes_left(n.decision, n.threshold, value(i));
-            let shape = batch.shapes.get(f).copied().unwrap_or(Shape::MIXED);
+            let shape = batch.shapes[f];
             // Whether `v <= threshold` alone decides (no value takes a missing-value side).
             let plain = match (n.decision >> 2) & 3 {
                 1 => !shape.zero,
@@ -237,12 +237,6 @@ struct Shape {
 }
 
 impl Shape {
-    /// A feature about which nothing is assumed.
-    const MIXED: Shape = Shape {
-        kind: Kind::Mixed,
-        zero: true,
-    };
-
     /// The shape of one feature's values along a batch (one pass).
     fn of(values: &[f64]) -> Shape {
         let first = values.first().copied().unwrap_or(0.0);
