@@ -379,6 +379,46 @@ fn training_evaluation_and_profile_files() {
 }
 
 #[test]
+fn the_shipped_forest_is_refit_on_the_held_out_configurations_too() {
+    let rows = synthetic_rows(90, 21);
+    let (profile, report) = trained(&rows);
+    for name in ["cpu_conv_t1", "fully_connected"] {
+        let mine: Vec<&Row> = rows.iter().filter(|r| r.executor == name).collect();
+        let r = &report.executors[name];
+        assert!(r.test_rows > 0, "{name}: {r:?}");
+        assert_eq!(r.shipped_rows, mine.len());
+        assert_eq!(r.train_rows + r.test_rows, mine.len());
+        let x: Vec<Vec<f64>> = mine
+            .iter()
+            .map(|r| features::row_features(r, true))
+            .collect();
+        let y: Vec<f64> = mine.iter().map(|r| r.ms).collect();
+        let refs: Vec<&[f64]> = x.iter().map(Vec::as_slice).collect();
+        let shipped = profile.executors[name].predict_ms_batch(&refs);
+        let on_all = train::fit(&x, &y, &r.params).expect("fit on all");
+        let (tx, ty): (Vec<Vec<f64>>, Vec<f64>) = x
+            .iter()
+            .zip(&y)
+            .zip(&mine)
+            .filter(|(_, row)| !train::is_test_config(&row.config))
+            .map(|((x, y), _)| (x.clone(), *y))
+            .unzip();
+        let on_train = train::fit(&tx, &ty, &r.params).expect("fit on the training part");
+        let (all_ms, train_ms) = (on_all.predict_ms(&x), on_train.predict_ms(&x));
+        for (i, s) in shipped.iter().enumerate() {
+            assert!((s - all_ms[i]).abs() <= 1e-9 * all_ms[i], "{name} row {i}");
+        }
+        assert!(
+            shipped
+                .iter()
+                .zip(&train_ms)
+                .any(|(s, t)| (s - t).abs() > 1e-6 * t),
+            "{name}: the shipped forest is the one fit on the training part alone"
+        );
+    }
+}
+
+#[test]
 fn compile_time_features_equal_the_runtime_dispatch() {
     let dev = fake_device();
     let layers = measure::random_layers(
