@@ -188,7 +188,13 @@ fn calibrate_removes_the_offsets_it_is_sure_of() {
         if e.applied {
             applied += 1;
             assert!(line.ends_with("| yes |"), "{line}");
-            assert!(a.as_f64().expect("offset").abs() < 1.0, "{name}: {a}");
+            // The factor is a median over configurations, the offset one over points: the
+            // two agree within a couple of percent, and the 10% is gone.
+            let (a, b) = (a.as_f64().expect("offset"), b.as_f64().expect("offset"));
+            assert!(
+                a.abs() < 2.0 && a.abs() < b.abs() / 4.0,
+                "{name}: {b} → {a}"
+            );
             assert_eq!(cal.executors[name].scale, e.factor);
         } else {
             assert!(line.contains("| no: "), "{line}");
