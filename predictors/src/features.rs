@@ -344,6 +344,9 @@ pub fn feature_names(executor: &str, with_dispatch: bool) -> Vec<String> {
     if is_cpu_conv(executor) {
         names.extend(CPU_CONV_FEATURES.iter().map(|s| s.to_string()));
     }
+    if is_cpu_depthwise(executor) {
+        names.extend(CPU_DEPTHWISE_FEATURES.iter().map(|s| s.to_string()));
+    }
     if !is_cpu(executor) && with_dispatch {
         names.extend(DISPATCH_FEATURES.iter().map(|s| s.to_string()));
     }
@@ -358,6 +361,9 @@ pub fn row_features(row: &Row, with_dispatch: bool) -> Vec<f64> {
     }
     if is_cpu_conv(&row.executor) {
         f.extend(cpu_conv_features(&row.layer, row.c1, row.threads));
+    }
+    if is_cpu_depthwise(&row.executor) {
+        f.extend(cpu_depthwise_features(&row.layer, row.c1));
     }
     if !is_cpu(&row.executor) && with_dispatch {
         f.extend(dispatch_features(&row.dispatch, row.c0, row.c1));
@@ -390,6 +396,9 @@ pub fn cpu_features(layer: &Layer, c: usize, threads: usize) -> Vec<f64> {
     }
     if matches!(layer.op, OpKind::Conv | OpKind::GroupedConv) {
         f.extend(cpu_conv_features(layer, c, threads));
+    }
+    if layer.op == OpKind::Depthwise {
+        f.extend(cpu_depthwise_features(layer, c));
     }
     f
 }
@@ -434,6 +443,82 @@ pub fn cpu_conv_features(layer: &Layer, c: usize, threads: usize) -> Vec<f64> {
 /// Whether an executor is a CPU convolution one (reads [`CPU_CONV_FEATURES`]).
 pub fn is_cpu_conv(executor: &str) -> bool {
     executor.starts_with("cpu_conv_") || executor.starts_with("cpu_gconv_")
+}
+
+/// Names of the CPU depthwise kernel's features ([`cpu_depthwise_features`] order), which the
+/// `cpu_dwconv_tN` executors read after the op features.
+pub const CPU_DEPTHWISE_FEATURES: [&str; 8] = [
+    "dw_vector_blocks",
+    "dw_narrow_channels",
+    "dw_lanes",
+    "dw_window_rows",
+    "dw_interior_columns",
+    "dw_part_input_bytes",
+    "dw_row_window_bytes",
+    "dw_lane_macs",
+];
+
+/// The vector width the depthwise features count blocks in: AVX-512's 16 floats, this
+/// profile's host. On a narrower ISA the counts stay proportional to the kernel's work, and the
+/// forest trained on that device learns its scale.
+const DEPTHWISE_LANES: usize = 16;
+
+/// White-box features of the CPU depthwise kernel ([`tandem_runtime::cpu::depthwise`])
+/// computing channels `[0, c)` of `layer`, from its own geometry functions:
+/// - how a row's channels are covered: full vector blocks (multiplier 1 and at least a vector of
+///   channels; the last block overlaps the previous one) or, otherwise, blocks of 4 and single
+///   channels, which cost several times more per channel; and the lanes computed per pixel;
+/// - the output rows that run the register-window loops (3×3 kernels, stride 1 or 2, full
+///   vector blocks, 2 or 3 kernel rows inside the input), and the output columns whose window
+///   needs no padding checks;
+/// - the input bytes the part reads (its own channels only) and the bytes of the input rows one
+///   output row reads, which decide whether consecutive rows reuse them from the cache;
+/// - multiply-adds over the computed lanes.
+pub fn cpu_depthwise_features(layer: &Layer, c: usize) -> Vec<f64> {
+    use tandem_runtime::cpu::depthwise::{interior_columns, taps};
+    let LayerOp::Depthwise(p) = layer.to_op() else {
+        return Vec::new();
+    };
+    let c = c.min(layer.cout);
+    let full_vectors = p.multiplier == 1 && c >= DEPTHWISE_LANES;
+    let (vector_blocks, narrow) = if full_vectors {
+        (c.div_ceil(DEPTHWISE_LANES), 0)
+    } else {
+        (0, c)
+    };
+    let lanes = if full_vectors {
+        vector_blocks * DEPTHWISE_LANES
+    } else {
+        c
+    };
+    let window_rows = if full_vectors && p.kernel == [3, 3] && matches!(p.stride[1], 1 | 2) {
+        (0..p.output[1])
+            .filter(|&oy| {
+                let rows = taps(oy, p.stride[0], 1, p.pad[0], 3, p.input[1]);
+                matches!(rows.len(), 2 | 3)
+            })
+            .count()
+    } else {
+        0
+    };
+    let in_channels = c.div_ceil(p.multiplier).min(p.input[3]);
+    let [n, h, w, _] = p.input;
+    let pixels = n * p.output[1] * p.output[2];
+    vec![
+        vector_blocks as f64,
+        narrow as f64,
+        lanes as f64,
+        window_rows as f64,
+        interior_columns(&p).len() as f64,
+        4.0 * (n * h * w * in_channels) as f64,
+        4.0 * (p.kernel[0] * w * in_channels) as f64,
+        (pixels * p.kernel[0] * p.kernel[1] * lanes) as f64,
+    ]
+}
+
+/// Whether an executor is a CPU depthwise one (reads [`CPU_DEPTHWISE_FEATURES`]).
+pub fn is_cpu_depthwise(executor: &str) -> bool {
+    executor.starts_with("cpu_dwconv_")
 }
 
 /// Names of the grouped-convolution features ([`group_features`] order), which the `gconv`

@@ -133,11 +133,11 @@ impl FlatForest {
             shapes: columns.iter().map(|c| Shape::of(c)).collect(),
             columns,
         };
-        let mut order: Vec<u32> = Vec::with_capacity(rows.len());
+        let all: Vec<u32> = (0..rows.len() as u32).collect();
+        let mut order: Vec<u32> = all.clone();
         let mut spare: Vec<u32> = vec![0; rows.len()];
         for &root in &self.roots {
-            order.clear();
-            order.extend(0..rows.len() as u32);
+            order.copy_from_slice(&all);
             self.descend(root, &mut order, &mut spare, &batch, &mut out);
         }
         out
@@ -168,15 +168,29 @@ impl FlatForest {
             };
             // The left rows: a prefix or a suffix of `order` (monotone feature), or the front
             // of `order` after a stable partition.
+            // Rows `order[0]..` in a contiguous run (no partition on the way here) read their
+            // values straight from the column.
+            let run = match (order.first(), order.last()) {
+                (Some(&a), Some(&b)) if (b - a) as usize + 1 == order.len() => {
+                    Some(&column[a as usize..=b as usize])
+                }
+                _ => None,
+            };
             let (left, right): (&mut [u32], &mut [u32]) =
                 if shape.kind == Kind::Shared || order.len() == 1 {
                     node = n.children[usize::from(goes(order[0]))];
                     continue;
                 } else if plain && shape.kind == Kind::Rising {
-                    let k = order.partition_point(|&i| value(i) <= n.threshold);
+                    let k = match run {
+                        Some(values) => values.partition_point(|&v| v <= n.threshold),
+                        None => order.partition_point(|&i| value(i) <= n.threshold),
+                    };
                     std::mem::take(&mut order).split_at_mut(k)
                 } else if plain && shape.kind == Kind::Falling {
-                    let k = order.partition_point(|&i| value(i) > n.threshold);
+                    let k = match run {
+                        Some(values) => values.partition_point(|&v| v > n.threshold),
+                        None => order.partition_point(|&i| value(i) > n.threshold),
+                    };
                     let (r, l) = std::mem::take(&mut order).split_at_mut(k);
                     (l, r)
                 } else {
@@ -204,8 +218,19 @@ impl FlatForest {
             node = n.children[0];
         }
         let v = self.leaves[(!node) as usize];
-        for &i in order.iter() {
-            out[i as usize] += v;
+        // `order` is increasing: when it spans a contiguous run of rows (a sweep's leaves
+        // mostly do), add to the run directly, which vectorises.
+        match (order.first(), order.last()) {
+            (Some(&first), Some(&last)) if (last - first) as usize + 1 == order.len() => {
+                for o in &mut out[first as usize..=last as usize] {
+                    *o += v;
+                }
+            }
+            _ => {
+                for &i in order.iter() {
+                    out[i as usize] += v;
+                }
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 #![cfg(feature = "lightgbm")]
 
 use std::path::Path;
-use tandem_predictors::bundle::Profile;
+use tandem_predictors::bundle::{split_step, Profile, MAX_SWEEP_STEPS};
 use tandem_predictors::dataset::{self, config_key, DispatchRecord, Row};
 use tandem_predictors::eval::{evaluate, to_json};
 use tandem_predictors::features::{self, cpu_executor, gpu_features, record, Layer, OpKind};
@@ -12,6 +12,7 @@ use tandem_predictors::forest::Forest;
 use tandem_predictors::measure::{self, Limits};
 use tandem_predictors::train::{self, fit, grid, lightgbm_predict, DeviceMeta};
 use tandem_runtime::gpu::device::{DeviceInfo, SvmSupport};
+use tandem_runtime::gpu::dispatch::vector_width;
 use tandem_runtime::gpu::launch::decide;
 use tandem_runtime::rng::Rng;
 
@@ -352,6 +353,14 @@ fn training_evaluation_and_profile_files() {
     let sweep = back.sweep(l, 1).expect("sweep");
     assert_eq!(sweep.first().map(|c| c.gpu_channels), Some(0));
     assert_eq!(sweep.last().map(|c| c.gpu_channels), Some(l.cout));
+    let step = split_step(l.cout, vector_width(l.to_op().gpu_op()));
+    for pair in sweep.windows(2) {
+        let (a, b) = (pair[0].gpu_channels, pair[1].gpu_channels);
+        assert!(
+            b - a == step || b == l.cout && b - a < step,
+            "{a} -> {b}, step {step}"
+        );
+    }
     for c in &sweep {
         assert!(c.total_ms >= c.gpu_ms.max(c.cpu_ms));
         if c.gpu_channels > 0 {
@@ -498,6 +507,105 @@ fn cpu_conv_features_come_from_the_runtime_plan_at_compile_and_training_time() {
     // Other CPU executors have no convolution plan.
     let names = features::feature_names("cpu_dwconv_t1", true);
     assert!(!names.iter().any(|n| n == "path_direct"), "{names:?}");
+}
+
+#[test]
+fn cpu_depthwise_features_follow_the_kernels_channel_blocks_and_windows() {
+    let depthwise = |h: usize, c: usize, k: usize, stride: usize, multiplier: usize| {
+        let cin = c / multiplier;
+        let pad = k / 2;
+        let oh = (h + 2 * pad - k) / stride + 1;
+        Layer {
+            op: OpKind::Depthwise,
+            n: 1,
+            h,
+            w: h,
+            cin,
+            oh,
+            ow: oh,
+            cout: c,
+            kh: k,
+            kw: k,
+            stride,
+            pad_t: pad,
+            pad_l: pad,
+            groups: 1,
+        }
+    };
+    let names = features::feature_names("cpu_dwconv_t1", true);
+    let at = |name: &str| names.iter().position(|n| n == name).expect(name);
+    // Training reads a dataset row of the same part as the compiler: the same features.
+    for l in measure::random_layers(&[OpKind::Depthwise], 30, 13, &Limits::default()) {
+        let c = l.cout / 2 + 1;
+        let x = features::cpu_features(&l, c, 1);
+        assert_eq!(x.len(), names.len(), "{l:?}");
+        let row = Row {
+            config: config_key(&l),
+            device: "d".into(),
+            cpu: "c".into(),
+            layer: l.clone(),
+            executor: "cpu_dwconv_t1".into(),
+            threads: 1,
+            c0: 0,
+            c1: c,
+            variant: String::new(),
+            dispatch: DispatchRecord::default(),
+            ms: 1.0,
+            reps: 1,
+            sync_ms: 0.0,
+        };
+        assert_eq!(features::row_features(&row, true), x, "{l:?}");
+    }
+    // 40 channels, multiplier 1: three 16-lane blocks (the last overlapping), 48 lanes; every
+    // output row of a padded 3x3 stride-1 layer runs the register windows; the part reads its
+    // 40 input channels of 20x20 pixels, 3 rows of them per output row.
+    let l = depthwise(20, 64, 3, 1, 1);
+    let x = features::cpu_features(&l, 40, 1);
+    assert_eq!(x[at("dw_vector_blocks")], 3.0);
+    assert_eq!(x[at("dw_narrow_channels")], 0.0);
+    assert_eq!(x[at("dw_lanes")], 48.0);
+    assert_eq!(x[at("dw_window_rows")], 20.0);
+    assert_eq!(x[at("dw_interior_columns")], 18.0);
+    assert_eq!(x[at("dw_part_input_bytes")], 4.0 * 20.0 * 20.0 * 40.0);
+    assert_eq!(x[at("dw_row_window_bytes")], 4.0 * 3.0 * 20.0 * 40.0);
+    assert_eq!(x[at("dw_lane_macs")], 20.0 * 20.0 * 9.0 * 48.0);
+    // Fewer channels than a vector: narrow blocks, no register windows.
+    let x = features::cpu_features(&l, 12, 1);
+    assert_eq!(x[at("dw_vector_blocks")], 0.0);
+    assert_eq!(x[at("dw_narrow_channels")], 12.0);
+    assert_eq!(x[at("dw_window_rows")], 0.0);
+    // Multiplier 2 never uses vector blocks; 5x5 kernels never use the 3x3 windows.
+    let x = features::cpu_features(&depthwise(20, 64, 3, 1, 2), 64, 1);
+    assert_eq!(x[at("dw_vector_blocks")], 0.0);
+    assert_eq!(x[at("dw_part_input_bytes")], 4.0 * 20.0 * 20.0 * 32.0);
+    let x = features::cpu_features(&depthwise(20, 64, 5, 2, 1), 64, 1);
+    assert_eq!(x[at("dw_vector_blocks")], 4.0);
+    assert_eq!(x[at("dw_window_rows")], 0.0);
+    // Other CPU executors have no depthwise features.
+    let conv = features::feature_names("cpu_conv_t1", true);
+    assert!(!conv.iter().any(|n| n.starts_with("dw_")), "{conv:?}");
+}
+
+#[test]
+fn sweeps_step_by_the_vector_width_and_cross_wide_layers_in_at_most_256_steps() {
+    assert_eq!(split_step(512, 4), 4);
+    assert_eq!(split_step(1024, 4), 4);
+    assert_eq!(split_step(1280, 4), 8);
+    assert_eq!(split_step(4096, 4), 16);
+    assert_eq!(split_step(4000, 4), 16);
+    assert_eq!(split_step(4096, 1), 16);
+    assert_eq!(split_step(3, 4), 4);
+    assert_eq!(split_step(10, 0), 1);
+    for c in 1..5000 {
+        for w in [1, 4, 8] {
+            let s = split_step(c, w);
+            // A multiple of the width; coarser than it only to stay within the steps, and then
+            // the finest multiple that does.
+            assert!(s.is_multiple_of(w), "{c} {w}");
+            assert!(s == w || c.div_ceil(s) <= MAX_SWEEP_STEPS, "{c} {w}");
+            assert!(s == w || c.div_ceil(s - w) > MAX_SWEEP_STEPS, "{c} {w}");
+        }
+    }
 }
 
 #[test]

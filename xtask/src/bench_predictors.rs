@@ -58,12 +58,18 @@ pub fn bench_predictors(root: &Path, json: bool) -> Result<()> {
         let artifact = tandem_compiler::run::compile_file(&model, &Default::default())?;
         for (_, layer) in layers_of(&artifact) {
             let n = profile.sweep(&layer, 1)?.len();
-            let reps = 50;
-            let start = Instant::now();
-            for _ in 0..reps {
-                std::hint::black_box(profile.sweep(std::hint::black_box(&layer), 1)?);
+            // The layer's time: the median over batches of the mean sweep time (this host
+            // is shared; a batch that another tenant interrupts does not move the median).
+            let (batches, reps) = (7, 10);
+            let mut times = Vec::with_capacity(batches);
+            for _ in 0..batches {
+                let start = Instant::now();
+                for _ in 0..reps {
+                    std::hint::black_box(profile.sweep(std::hint::black_box(&layer), 1)?);
+                }
+                times.push(start.elapsed().as_secs_f64() * 1e3 / reps as f64);
             }
-            per_op.push(start.elapsed().as_secs_f64() * 1e3 / reps as f64);
+            per_op.push(tandem_runtime::profile::median(&mut times));
             candidates += n;
         }
     }
@@ -81,9 +87,11 @@ pub fn bench_predictors(root: &Path, json: bool) -> Result<()> {
     }
     let body = format!(
         "Sweeping every candidate split (GPU channel counts in steps of the kernel's vector \
-         width, both predictors per candidate) of one layer with the shipped profile \
+         width, coarsened to at most 256 steps on wider layers; both predictors per candidate) \
+         of one layer with the shipped profile \
          (`cargo xtask bench predictors`; {ops} splittable layers of {}, {candidates} candidates \
-         in all, {:.0} per layer on average; one thread):\n\n\
+         in all, {:.0} per layer on average; one thread; a layer's time is the median of 7 \
+         batches of 10 sweeps):\n\n\
          | per layer | mean | median | max |\n|---|---:|---:|---:|\n\
          | sweep time (ms) | {mean:.4} | {median:.4} | {max:.4} |\n",
         names.join(", "),

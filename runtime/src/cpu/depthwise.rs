@@ -187,7 +187,7 @@ struct Conv<'a> {
 
 /// The kernel taps `t < k` for which `o·stride + t·dilation - pad` lies in `0..size`: a range,
 /// since that position grows with `t`.
-fn taps(
+pub fn taps(
     o: usize,
     stride: usize,
     dilation: usize,
@@ -203,7 +203,7 @@ fn taps(
 
 /// The output columns whose whole kernel window lies inside the input, as `lo..hi` with
 /// `lo <= hi <= W_out`.
-fn interior_columns(p: &DepthwiseParams) -> Range<usize> {
+pub fn interior_columns(p: &DepthwiseParams) -> Range<usize> {
     let (w, wo) = (p.input[2], p.output[2]);
     let (stride, pad) = (p.stride[1], p.pad[1]);
     let lo = pad.div_ceil(stride).min(wo);
