@@ -21,7 +21,7 @@
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use tandem_predictors::bundle::ProfileError;
+use tandem_predictors::bundle::{split_step, ProfileError};
 use tandem_predictors::{Layer, Profile};
 use tandem_runtime::artifact::{Kernel, Placement, Step, TensorDesc};
 use tandem_runtime::gpu::dispatch::vector_width;
@@ -162,13 +162,8 @@ fn split_placement(g: usize, c: usize) -> Placement {
 /// coarsened (multiples of the width) to at most `max` candidates when `max > 1`.
 pub fn candidates(layer: &LayerOp, max: usize) -> Vec<usize> {
     let c = layer.channels();
-    let w = vector_width(layer.gpu_op()).max(1);
-    let mut step = w;
-    if max > 1 {
-        while c.div_ceil(step) + 1 > max {
-            step += w;
-        }
-    }
+    // `max` candidates are `max - 1` steps (0 and C both count).
+    let step = split_step(c, vector_width(layer.gpu_op()), max.saturating_sub(1));
     let mut out: Vec<usize> = (0..c).step_by(step).collect();
     out.push(c);
     out

@@ -242,12 +242,12 @@ impl Profile {
     }
 
     /// Every candidate split of `layer`: GPU channel counts 0, s, 2s, …, C (s the
-    /// [`split_step`] of the GPU kernel's vector width; C itself always included), each with its
-    /// predicted latencies.
+    /// [`split_step`] of the GPU kernel's vector width within [`MAX_SWEEP_STEPS`]; C itself
+    /// always included), each with its predicted latencies.
     pub fn sweep(&self, layer: &Layer, threads: usize) -> Result<Vec<Candidate>, ProfileError> {
         let c = layer.cout;
         let op = layer.to_op();
-        let step = split_step(c, vector_width(op.gpu_op()));
+        let step = split_step(c, vector_width(op.gpu_op()), MAX_SWEEP_STEPS);
         let cpu = self.executor(&cpu_executor(layer.op, threads))?;
         let mut counts = vec![0];
         while counts[counts.len() - 1] < c {
@@ -314,13 +314,16 @@ pub const MAX_SWEEP_STEPS: usize = 256;
 
 /// The step between candidate GPU channel counts of a layer of `channels` output channels whose
 /// GPU kernel computes `width` channels per vector: `width`, or the smallest multiple of it
-/// that crosses the layer in at most [`MAX_SWEEP_STEPS`] steps. A finer step moves under 0.4%
-/// of the layer's work between the two sides, far below the predictors' 3–5% error, and costs
-/// sweep time on the widest layers (4096 channels: 1025 candidates in steps of 4, 257 in steps
-/// of 16).
-pub fn split_step(channels: usize, width: usize) -> usize {
+/// that crosses the layer in at most `max_steps` steps (`max_steps = 0`: no limit). Sweeps
+/// use [`MAX_SWEEP_STEPS`]: a finer step moves under 0.4% of the layer's work between the two
+/// sides, far below the predictors' 3–5% error, and costs sweep time on the widest layers
+/// (4096 channels: 1025 candidates in steps of 4, 257 in steps of 16).
+pub fn split_step(channels: usize, width: usize, max_steps: usize) -> usize {
     let width = width.max(1);
-    width.max(channels.div_ceil(MAX_SWEEP_STEPS).div_ceil(width) * width)
+    if max_steps == 0 {
+        return width;
+    }
+    width.max(channels.div_ceil(max_steps).div_ceil(width) * width)
 }
 
 /// Whether `layer`'s kind is one this profile has a CPU predictor for at `threads`.

@@ -481,15 +481,11 @@ pub fn cpu_depthwise_features(layer: &Layer, c: usize) -> Vec<f64> {
     };
     let c = c.min(layer.cout);
     let full_vectors = p.multiplier == 1 && c >= DEPTHWISE_LANES;
-    let (vector_blocks, narrow) = if full_vectors {
-        (c.div_ceil(DEPTHWISE_LANES), 0)
+    let (vector_blocks, narrow, lanes) = if full_vectors {
+        let blocks = c.div_ceil(DEPTHWISE_LANES);
+        (blocks, 0, blocks * DEPTHWISE_LANES)
     } else {
-        (0, c)
-    };
-    let lanes = if full_vectors {
-        vector_blocks * DEPTHWISE_LANES
-    } else {
-        c
+        (0, c, c)
     };
     let window_rows = if full_vectors && p.kernel == [3, 3] && matches!(p.stride[1], 1 | 2) {
         (0..p.output[1])

@@ -166,16 +166,11 @@ impl FlatForest {
                 1 => !shape.zero,
                 _ => true,
             };
+            // Rows in a contiguous run (no partition on the way here) read their values
+            // straight from the column.
+            let run = contiguous(order).map(|rows| &column[rows]);
             // The left rows: a prefix or a suffix of `order` (monotone feature), or the front
             // of `order` after a stable partition.
-            // Rows `order[0]..` in a contiguous run (no partition on the way here) read their
-            // values straight from the column.
-            let run = match (order.first(), order.last()) {
-                (Some(&a), Some(&b)) if (b - a) as usize + 1 == order.len() => {
-                    Some(&column[a as usize..=b as usize])
-                }
-                _ => None,
-            };
             let (left, right): (&mut [u32], &mut [u32]) =
                 if shape.kind == Kind::Shared || order.len() == 1 {
                     node = n.children[usize::from(goes(order[0]))];
@@ -218,21 +213,21 @@ impl FlatForest {
             node = n.children[0];
         }
         let v = self.leaves[(!node) as usize];
-        // `order` is increasing: when it spans a contiguous run of rows (a sweep's leaves
-        // mostly do), add to the run directly, which vectorises.
-        match (order.first(), order.last()) {
-            (Some(&first), Some(&last)) if (last - first) as usize + 1 == order.len() => {
-                for o in &mut out[first as usize..=last as usize] {
-                    *o += v;
-                }
-            }
-            _ => {
-                for &i in order.iter() {
-                    out[i as usize] += v;
-                }
-            }
+        // A contiguous run of rows (a sweep's leaves mostly are) is added to directly, which
+        // vectorises.
+        match contiguous(order) {
+            Some(rows) => out[rows].iter_mut().for_each(|o| *o += v),
+            None => order.iter().for_each(|&i| out[i as usize] += v),
         }
     }
+}
+
+/// The rows of `order` (increasing indices) as one range, when they are consecutive.
+#[inline]
+fn contiguous(order: &[u32]) -> Option<std::ops::Range<usize>> {
+    let (&first, &last) = (order.first()?, order.last()?);
+    let (first, last) = (first as usize, last as usize);
+    (last - first + 1 == order.len()).then_some(first..last + 1)
 }
 
 /// The rows of a batch, feature by feature, and how each feature varies along them.

@@ -188,11 +188,14 @@ pub fn evaluation_cost(p: &Params) -> u64 {
 /// is within [`CHEAPER_TOLERANCE`] of the best, the lower MAPE among equally cheap ones.
 pub fn cheapest_within_tolerance(scored: &[(f64, Params)]) -> Option<(f64, Params)> {
     let best = scored.iter().map(|(m, _)| *m).reduce(f64::min)?;
-    let cost = evaluation_cost;
     scored
         .iter()
         .filter(|(m, _)| *m <= best * (1.0 + CHEAPER_TOLERANCE))
-        .min_by(|(ma, pa), (mb, pb)| cost(pa).cmp(&cost(pb)).then(ma.total_cmp(mb)))
+        .min_by(|(ma, pa), (mb, pb)| {
+            evaluation_cost(pa)
+                .cmp(&evaluation_cost(pb))
+                .then(ma.total_cmp(mb))
+        })
         .copied()
 }
 
@@ -460,6 +463,9 @@ mod tests {
             Some((5.00, p(127, 200)))
         );
         assert_eq!(evaluation_cost(&p(63, 200)), 1200);
+        // The grid trades trees for leaves: never past 200 trees, up to 127 leaves.
+        assert!(grid().iter().all(|g| g.num_iterations <= 200));
+        assert_eq!(grid().iter().map(|g| g.num_leaves).max(), Some(127));
         let scored = [(5.00, p(31, 200)), (5.20, p(7, 80))];
         assert_eq!(cheapest_within_tolerance(&scored), Some((5.00, p(31, 200))));
         // Equally cheap: the lower MAPE.

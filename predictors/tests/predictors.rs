@@ -353,7 +353,7 @@ fn training_evaluation_and_profile_files() {
     let sweep = back.sweep(l, 1).expect("sweep");
     assert_eq!(sweep.first().map(|c| c.gpu_channels), Some(0));
     assert_eq!(sweep.last().map(|c| c.gpu_channels), Some(l.cout));
-    let step = split_step(l.cout, vector_width(l.to_op().gpu_op()));
+    let step = split_step(l.cout, vector_width(l.to_op().gpu_op()), MAX_SWEEP_STEPS);
     for pair in sweep.windows(2) {
         let (a, b) = (pair[0].gpu_channels, pair[1].gpu_channels);
         assert!(
@@ -451,6 +451,26 @@ fn compile_time_features_equal_the_runtime_dispatch() {
     }
 }
 
+/// A dataset row of the CPU part `[0, c)` of `l` (the latency is a placeholder): what training
+/// reads for the part the compiler predicts.
+fn cpu_part_row(l: &Layer, executor: &str, threads: usize, c: usize) -> Row {
+    Row {
+        config: config_key(l),
+        device: "d".into(),
+        cpu: "c".into(),
+        layer: l.clone(),
+        executor: executor.into(),
+        threads,
+        c0: 0,
+        c1: c,
+        variant: String::new(),
+        dispatch: DispatchRecord::default(),
+        ms: 1.0,
+        reps: 1,
+        sync_ms: 0.0,
+    }
+}
+
 #[test]
 fn cpu_conv_features_come_from_the_runtime_plan_at_compile_and_training_time() {
     use tandem_runtime::cpu::conv::{plan, ConvPath};
@@ -472,21 +492,7 @@ fn cpu_conv_features_come_from_the_runtime_plan_at_compile_and_training_time() {
         let x = features::cpu_features(l, c, 2);
         assert_eq!(x.len(), features::feature_names(&executor, true).len());
         // Training reads a dataset row of the same part; it must see the same features.
-        let row = Row {
-            config: config_key(l),
-            device: "d".into(),
-            cpu: "c".into(),
-            layer: l.clone(),
-            executor: executor.clone(),
-            threads: 2,
-            c0: 0,
-            c1: c,
-            variant: String::new(),
-            dispatch: DispatchRecord::default(),
-            ms: 1.0,
-            reps: 1,
-            sync_ms: 0.0,
-        };
+        let row = cpu_part_row(l, &executor, 2, c);
         assert_eq!(features::row_features(&row, true), x, "{l:?}");
         let tandem_runtime::profile::LayerOp::Conv(p) = l.to_op() else {
             panic!("{l:?} is not a convolution");
@@ -539,21 +545,7 @@ fn cpu_depthwise_features_follow_the_kernels_channel_blocks_and_windows() {
         let c = l.cout / 2 + 1;
         let x = features::cpu_features(&l, c, 1);
         assert_eq!(x.len(), names.len(), "{l:?}");
-        let row = Row {
-            config: config_key(&l),
-            device: "d".into(),
-            cpu: "c".into(),
-            layer: l.clone(),
-            executor: "cpu_dwconv_t1".into(),
-            threads: 1,
-            c0: 0,
-            c1: c,
-            variant: String::new(),
-            dispatch: DispatchRecord::default(),
-            ms: 1.0,
-            reps: 1,
-            sync_ms: 0.0,
-        };
+        let row = cpu_part_row(&l, "cpu_dwconv_t1", 1, c);
         assert_eq!(features::row_features(&row, true), x, "{l:?}");
     }
     // 40 channels, multiplier 1: three 16-lane blocks (the last overlapping), 48 lanes; every
@@ -588,22 +580,27 @@ fn cpu_depthwise_features_follow_the_kernels_channel_blocks_and_windows() {
 
 #[test]
 fn sweeps_step_by_the_vector_width_and_cross_wide_layers_in_at_most_256_steps() {
-    assert_eq!(split_step(512, 4), 4);
-    assert_eq!(split_step(1024, 4), 4);
-    assert_eq!(split_step(1280, 4), 8);
-    assert_eq!(split_step(4096, 4), 16);
-    assert_eq!(split_step(4000, 4), 16);
-    assert_eq!(split_step(4096, 1), 16);
-    assert_eq!(split_step(3, 4), 4);
-    assert_eq!(split_step(10, 0), 1);
+    let m = MAX_SWEEP_STEPS;
+    assert_eq!(split_step(512, 4, m), 4);
+    assert_eq!(split_step(1024, 4, m), 4);
+    assert_eq!(split_step(1280, 4, m), 8);
+    assert_eq!(split_step(4096, 4, m), 16);
+    assert_eq!(split_step(4000, 4, m), 16);
+    assert_eq!(split_step(4096, 1, m), 16);
+    assert_eq!(split_step(3, 4, m), 4);
+    assert_eq!(split_step(10, 0, m), 1);
+    // No limit: the width itself.
+    assert_eq!(split_step(4096, 4, 0), 4);
     for c in 1..5000 {
         for w in [1, 4, 8] {
-            let s = split_step(c, w);
-            // A multiple of the width; coarser than it only to stay within the steps, and then
-            // the finest multiple that does.
-            assert!(s.is_multiple_of(w), "{c} {w}");
-            assert!(s == w || c.div_ceil(s) <= MAX_SWEEP_STEPS, "{c} {w}");
-            assert!(s == w || c.div_ceil(s - w) > MAX_SWEEP_STEPS, "{c} {w}");
+            for m in [1, 3, 17, m] {
+                let s = split_step(c, w, m);
+                // A multiple of the width; coarser than it only to stay within the steps, and
+                // then the finest multiple that does.
+                assert!(s.is_multiple_of(w), "{c} {w} {m}");
+                assert!(s == w || c.div_ceil(s) <= m, "{c} {w} {m}");
+                assert!(s == w || c.div_ceil(s - w) > m, "{c} {w} {m}");
+            }
         }
     }
 }
