@@ -18,6 +18,9 @@ use tandem_predictors::Profile;
 use tandem_runtime::gpu::device::DeviceInfo;
 use tandem_runtime::profile::{cpu_description, LayerOp, MeasureOptions, Profiler};
 
+/// Bytes in the MB of the command-line options (MiB).
+const MB: f64 = (1u64 << 20) as f64;
+
 /// `tandem profile`: measure layers on this machine's CPU and OpenCL device.
 #[derive(Args, Debug, Clone)]
 pub struct ProfileArgs {
@@ -67,6 +70,12 @@ pub struct ProfileArgs {
     /// Largest layer to measure, in MFLOPs of the whole layer.
     #[arg(long, default_value_t = 400.0)]
     pub max_mflops: f64,
+    /// Measure only layers whose working set (input and output activations and weights) is at
+    /// least this many MB: more data where layers stream from the shared L3 and memory. Draws
+    /// below it are skipped (the draws above it are those of a run without this option), and
+    /// so are the models' smaller layers.
+    #[arg(long, default_value_t = 0.0, value_name = "MB")]
+    pub min_mb: f64,
     /// Timed repetitions per point at least (after 2 warm-up runs; more for short points).
     #[arg(long, default_value_t = 7)]
     pub reps: usize,
@@ -237,6 +246,12 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
             args.quiet_gate
         );
     }
+    if !(args.min_mb >= 0.0 && args.min_mb.is_finite()) {
+        bail!(
+            "--min-mb: {} is not a size in MB; give e.g. 16",
+            args.min_mb
+        );
+    }
     let models = match args.models.as_slice() {
         [] => default_models(),
         [one] if one.as_os_str() == "none" => vec![],
@@ -276,11 +291,13 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     let mut profiler = Profiler::open(!args.no_pin).context(
         "tandem profile needs an OpenCL device with fine-grained SVM (pocl-opencl-icd here)",
     )?;
+    let min_bytes = args.min_mb * MB;
     let focused = |l: &Layer| {
-        args.focus.is_empty()
+        (args.focus.is_empty()
             || measure::whole_layer_executors(l, profiler.device(), &args.threads)
                 .iter()
-                .any(|e| args.focus.contains(e))
+                .any(|e| args.focus.contains(e)))
+            && measure::working_set_bytes(l) as f64 >= min_bytes
     };
     let mut model_layers = model_layers(&models, ops.contains(&OpKind::GroupedConv))?;
     model_layers.retain(|l| focused(l));

@@ -283,19 +283,21 @@ fn a_group_size_that_does_not_divide_the_channels_fails_naming_the_operator() {
 }
 
 #[test]
-fn profile_rejects_a_quiet_gate_that_is_not_a_percentage() {
+fn profile_rejects_a_quiet_gate_or_a_size_that_is_not_a_number_of_its_kind() {
     let dir = tempfile::tempdir().expect("tempdir");
-    for bad in ["-1", "NaN", "inf"] {
-        let out = tandem()
-            .args(["profile", "--out"])
-            .arg(dir.path().join("d.csv"))
-            .arg(format!("--quiet-gate={bad}"))
-            .output()
-            .expect("runs");
-        assert!(!out.status.success(), "--quiet-gate {bad} accepted");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("--quiet-gate"), "{bad}: {stderr}");
-        assert!(!dir.path().join("d.csv").exists(), "nothing measured");
+    for option in ["--quiet-gate", "--min-mb"] {
+        for bad in ["-1", "NaN", "inf"] {
+            let out = tandem()
+                .args(["profile", "--out"])
+                .arg(dir.path().join("d.csv"))
+                .arg(format!("{option}={bad}"))
+                .output()
+                .expect("runs");
+            assert!(!out.status.success(), "{option} {bad} accepted");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains(option), "{bad}: {stderr}");
+            assert!(!dir.path().join("d.csv").exists(), "nothing measured");
+        }
     }
 }
 

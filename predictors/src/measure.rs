@@ -144,6 +144,13 @@ pub fn grouped_variants(dw: &Layer, full: bool) -> Vec<Layer> {
     out
 }
 
+/// The bytes a whole layer reads and writes once: its input and output activations and its
+/// weights (f32). Past the core's L2 (2 MB here) they come from the shared L3 or from memory.
+pub fn working_set_bytes(l: &Layer) -> usize {
+    let activations = l.n * (l.h * l.w * l.cin + l.oh * l.ow * l.cout);
+    4 * (activations + cost(l).1)
+}
+
 fn fits(l: &Layer, limits: &Limits) -> bool {
     let (f, w) = cost(l);
     f <= limits.max_flops && w <= limits.max_weights && l.cout > 0 && l.oh > 0 && l.ow > 0
@@ -618,4 +625,69 @@ fn fnv(s: &str) -> u64 {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn depthwise(h: usize, c: usize) -> Layer {
+        Layer {
+            op: OpKind::Depthwise,
+            n: 1,
+            h,
+            w: h,
+            cin: c,
+            oh: h,
+            ow: h,
+            cout: c,
+            kh: 3,
+            kw: 3,
+            stride: 1,
+            pad_t: 1,
+            pad_l: 1,
+            groups: 1,
+        }
+    }
+
+    #[test]
+    fn working_set_counts_activations_in_and_out_and_weights() {
+        // 100x100x64 in and out, 3x3x64 weights, 4 bytes each.
+        assert_eq!(
+            working_set_bytes(&depthwise(100, 64)),
+            4 * (2 * 100 * 100 * 64 + 9 * 64)
+        );
+        let fc = Layer {
+            op: OpKind::Linear,
+            n: 1,
+            h: 2,
+            w: 1,
+            cin: 1000,
+            oh: 2,
+            ow: 1,
+            cout: 500,
+            kh: 1,
+            kw: 1,
+            stride: 1,
+            pad_t: 0,
+            pad_l: 0,
+            groups: 1,
+        };
+        assert_eq!(
+            working_set_bytes(&fc),
+            4 * (2 * 1000 + 2 * 500 + 1000 * 500)
+        );
+    }
+
+    #[test]
+    fn a_working_set_filter_keeps_the_large_draws_of_the_unfiltered_run() {
+        let ops = [OpKind::Conv, OpKind::Depthwise, OpKind::Linear];
+        let limits = Limits::default();
+        let all = random_layers(&ops, 300, 7, &limits);
+        let large = |l: &Layer| working_set_bytes(l) >= 16 << 20;
+        let expected: Vec<Layer> = all.iter().filter(|l| large(l)).cloned().collect();
+        assert!(expected.len() >= 5, "{} large draws", expected.len());
+        let filtered = random_layers_where(&ops, expected.len(), 7, &limits, large);
+        assert_eq!(filtered, expected);
+    }
 }
