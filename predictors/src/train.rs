@@ -250,14 +250,16 @@ fn cv_mape(rows: &[&Row], x: &[Vec<f64>], params: &Params) -> Result<Option<f64>
     Ok((counted > 0).then(|| total / counted as f64))
 }
 
-/// Cross-validated MAPE of every grid point that has enough configurations, computed on as
-/// many threads as the machine has (each fit is single-threaded and deterministic, so the
-/// result does not depend on the thread count), in grid order.
-fn search(rows: &[&Row], x: &[Vec<f64>]) -> Result<Vec<(f64, Params)>, TrainError> {
+/// Cross-validated MAPE of every grid point that has enough configurations, in grid order,
+/// computed on `threads` threads (each fit is single-threaded and deterministic, so the result
+/// does not depend on their number). `rows` and the feature rows `x` correspond.
+pub fn search(
+    rows: &[&Row],
+    x: &[Vec<f64>],
+    threads: usize,
+) -> Result<Vec<(f64, Params)>, TrainError> {
     let points = grid();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(points.len());
+    let threads = threads.clamp(1, points.len());
     // Thread t scores points t, t + threads, …: neighbours in the grid cost alike.
     let parts: Vec<Result<Vec<(usize, Option<f64>)>, TrainError>> = std::thread::scope(|scope| {
         let points = &points;
@@ -389,7 +391,8 @@ pub fn train(
         }
         let x: Vec<Vec<f64>> = train_rows.iter().map(|r| row_features(r, true)).collect();
         let y: Vec<f64> = train_rows.iter().map(|r| r.ms).collect();
-        let scored = search(&train_rows, &x)?;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let scored = search(&train_rows, &x, cores)?;
         let (cv, params) = match cheapest_within_tolerance(&scored) {
             Some((m, p)) => (Some(m), p),
             None => (None, grid()[5]),

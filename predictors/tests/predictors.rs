@@ -95,6 +95,23 @@ fn synthetic_rows(configs: usize, seed: u64) -> Vec<Row> {
     rows
 }
 
+/// The grid search scores the same points alike on one thread and on several.
+#[test]
+fn the_search_does_not_depend_on_its_thread_count() {
+    let rows = synthetic_rows(40, 12);
+    let cpu: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.executor == "cpu_conv_t1")
+        .collect();
+    let x: Vec<Vec<f64>> = cpu
+        .iter()
+        .map(|r| features::row_features(r, true))
+        .collect();
+    let one = train::search(&cpu, &x, 1).expect("search");
+    assert_eq!(one.len(), grid().len(), "every point scored");
+    assert_eq!(train::search(&cpu, &x, 3).expect("search"), one);
+}
+
 #[test]
 fn forest_equals_lightgbm_predictions() {
     let mut rng = Rng::new(3);
