@@ -261,7 +261,9 @@ pub fn search(
     let points = grid();
     let threads = threads.clamp(1, points.len());
     // Thread t scores points t, t + threads, …: neighbours in the grid cost alike.
-    let parts: Vec<Result<Vec<(usize, Option<f64>)>, TrainError>> = std::thread::scope(|scope| {
+    // Per thread: (grid index, cross-validated MAPE) of its points.
+    type Part = Result<Vec<(usize, Option<f64>)>, TrainError>;
+    let parts: Vec<Part> = std::thread::scope(|scope| {
         let points = &points;
         let handles: Vec<_> = (0..threads)
             .map(|t| {
