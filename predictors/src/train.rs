@@ -260,8 +260,8 @@ pub fn search(
 ) -> Result<Vec<(f64, Params)>, TrainError> {
     let points = grid();
     let threads = threads.clamp(1, points.len());
-    // Thread t scores points t, t + threads, …: neighbours in the grid cost alike.
-    // Per thread: (grid index, cross-validated MAPE) of its points.
+    // Thread t scores points t, t + threads, …, a share of the cheap and of the costly ones
+    // (the grid orders them by objective and size); it returns (grid index, MAPE) pairs.
     type Part = Result<Vec<(usize, Option<f64>)>, TrainError>;
     let parts: Vec<Part> = std::thread::scope(|scope| {
         let points = &points;
