@@ -304,6 +304,21 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     let random =
         measure::random_layers_where(&ops, args.samples, args.seed, &limits, |l| focused(l));
     let configs = measure::schedule(&model_layers, &random, &ops, &limits);
+    if configs.is_empty() && args.samples > 0 && (!args.focus.is_empty() || args.min_mb > 0.0) {
+        bail!(
+            "no layer of --ops {} within --max-mflops {} passes --focus {} and --min-mb {} \
+             ({} random draws tried): widen the filters",
+            args.ops.join(","),
+            args.max_mflops,
+            if args.focus.is_empty() {
+                "(none)".to_string()
+            } else {
+                args.focus.join(",")
+            },
+            args.min_mb,
+            args.samples * 1000
+        );
+    }
     let cpu = cpu_description();
     let sidecar = device_sidecar(&args.out);
     let meta = Sidecar {

@@ -151,3 +151,23 @@ fn auto_depthwise_forms_are_in_the_plan_table_and_report() {
         .expect("forms");
     assert_eq!(dw[0]["chosen"].as_str(), Some(cheapest), "{costs:?}");
 }
+
+/// Filters that leave no layer to measure are an error naming them, not an empty dataset.
+#[test]
+fn profile_refuses_filters_that_leave_nothing_to_measure() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("d.csv");
+    let run = tandem()
+        .args(["profile", "--out"])
+        .arg(&out)
+        .args(["--models", "none", "--samples", "3", "--min-mb", "100000"])
+        .output()
+        .expect("tandem runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "accepted: {stderr}");
+    assert!(
+        stderr.contains("--min-mb 100000") && stderr.contains("widen the filters"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "nothing measured");
+}

@@ -81,6 +81,27 @@ pub struct Layer {
 }
 
 impl Layer {
+    /// A fully-connected layer of `rows` rows, `depth` inputs and `units` outputs, in the
+    /// dataset's mapping (`h` = `oh` = rows, `cin` = depth, `cout` = units).
+    pub fn linear(rows: usize, depth: usize, units: usize) -> Layer {
+        Layer {
+            op: OpKind::Linear,
+            n: 1,
+            h: rows,
+            w: 1,
+            cin: depth,
+            oh: rows,
+            ow: 1,
+            cout: units,
+            kh: 1,
+            kw: 1,
+            stride: 1,
+            pad_t: 0,
+            pad_l: 0,
+            groups: 1,
+        }
+    }
+
     /// The geometry of `op`, or why it is outside what the predictors model (dilated
     /// convolutions, unequal strides). A convolution with `groups > 1` is a `gconv` layer.
     pub fn from_op(op: &LayerOp) -> Result<Layer, String> {
@@ -131,22 +152,7 @@ impl Layer {
                     groups: 1,
                 })
             }
-            LayerOp::Linear(p) => Ok(Layer {
-                op: OpKind::Linear,
-                n: 1,
-                h: p.rows,
-                w: 1,
-                cin: p.depth,
-                oh: p.rows,
-                ow: 1,
-                cout: p.units,
-                kh: 1,
-                kw: 1,
-                stride: 1,
-                pad_t: 0,
-                pad_l: 0,
-                groups: 1,
-            }),
+            LayerOp::Linear(p) => Ok(Layer::linear(p.rows, p.depth, p.units)),
         }
     }
 

@@ -238,22 +238,8 @@ pub fn random_layer(op: OpKind, rng: &mut Rng) -> Layer {
         }
         OpKind::Linear => {
             let rows = in_interval(rng, 0, 7);
-            Layer {
-                op,
-                n: 1,
-                h: rows,
-                w: 1,
-                cin: in_interval(rng, 4, 11),
-                oh: rows,
-                ow: 1,
-                cout: in_interval(rng, 3, 11),
-                kh: 1,
-                kw: 1,
-                stride: 1,
-                pad_t: 0,
-                pad_l: 0,
-                groups: 1,
-            }
+            let depth = in_interval(rng, 4, 11);
+            Layer::linear(rows, depth, in_interval(rng, 3, 11))
         }
         OpKind::GroupedConv => {
             // A depthwise geometry with C a multiple of 4 (so that G = 4 divides it), then one
@@ -657,22 +643,7 @@ mod tests {
             working_set_bytes(&depthwise(100, 64)),
             4 * (2 * 100 * 100 * 64 + 9 * 64)
         );
-        let fc = Layer {
-            op: OpKind::Linear,
-            n: 1,
-            h: 2,
-            w: 1,
-            cin: 1000,
-            oh: 2,
-            ow: 1,
-            cout: 500,
-            kh: 1,
-            kw: 1,
-            stride: 1,
-            pad_t: 0,
-            pad_l: 0,
-            groups: 1,
-        };
+        let fc = Layer::linear(2, 1000, 500);
         assert_eq!(
             working_set_bytes(&fc),
             4 * (2 * 1000 + 2 * 500 + 1000 * 500)

@@ -170,22 +170,7 @@ fn held_out_layers(n: usize) -> Vec<Layer> {
     }
     while out.len() < 2 * n {
         let (rows, cin, cout) = (pick(1, 64), pick(128, 2048), pick(64, 1025));
-        out.push(Layer {
-            op: OpKind::Linear,
-            n: 1,
-            h: rows,
-            w: 1,
-            cin,
-            oh: rows,
-            ow: 1,
-            cout,
-            kh: 1,
-            kw: 1,
-            stride: 1,
-            pad_t: 0,
-            pad_l: 0,
-            groups: 1,
-        });
+        out.push(Layer::linear(rows, cin, cout));
     }
     out
 }
