@@ -213,7 +213,8 @@ impl Layer {
     /// The op features of computing `channels` of the output channels: geometry, FLOPs and
     /// bytes moved (input read once, the part's weights, the part's output), and what makes
     /// the kernels' cost jump rather than grow: the channel count's remainder against the
-    /// CPU's 8- and 16-lane vectors, and whether the part is the whole layer.
+    /// CPU's 8- and 16-lane vectors, whether the part is the whole layer, and how far a pixel's
+    /// (or a row's) channels in the input and output tensors are aligned ([`pixel_alignment`]).
     fn op_features(&self, channels: usize) -> Vec<f64> {
         let c = channels as f64;
         let flops = 2.0 * self.macs_per_channel() * c;
@@ -244,12 +245,26 @@ impl Layer {
             (channels % 8) as f64,
             (channels % 16) as f64,
             f64::from(u8::from(channels == self.cout)),
+            pixel_alignment(self.cin) as f64,
+            pixel_alignment(self.cout) as f64,
         ]
     }
 }
 
+/// The alignment, in floats up to a 64-byte cache line (16), of every pixel's channels in an
+/// NHWC tensor of `channels` channels (of every row of a `[rows, channels]` matrix): the largest
+/// power of two up to 16 that divides `channels`. Tensors start cache-line aligned, so with 16
+/// every pixel does too, and a kernel's 16-float vector loads and stores along the channels
+/// never straddle two lines; with less, most of them do. Measured on this host, CPU depthwise
+/// layers whose channel count is a multiple of 16 ran 10–16% faster than forests without this
+/// feature predicted (a multiple of 8: 4–10%), CPU convolutions 5% for the output's channels and
+/// CPU linear layers 3% for the input's.
+pub fn pixel_alignment(channels: usize) -> usize {
+    1 << (channels | 16).trailing_zeros()
+}
+
 /// Names of the op features ([`Layer::op_features`] order).
-pub const OP_FEATURES: [&str; 21] = [
+pub const OP_FEATURES: [&str; 23] = [
     "n",
     "h",
     "w",
@@ -271,6 +286,8 @@ pub const OP_FEATURES: [&str; 21] = [
     "channels_mod8",
     "channels_mod16",
     "whole_layer",
+    "cin_alignment",
+    "cout_alignment",
 ];
 
 /// The op features the log-linear baseline under each forest regresses on (their `ln(1 + x)`):

@@ -680,3 +680,52 @@ fn repeatability_scores_matched_points_of_a_second_measurement() {
     let json = tandem_predictors::eval::accuracies_json(&floor);
     assert_eq!(json.as_object().map(|m| m.len()), Some(floor.len()));
 }
+
+#[test]
+fn pixel_alignment_is_how_far_every_pixels_channels_are_cache_line_aligned() {
+    // The contract, checked by brute force: the largest power of two up to 16 floats (64 bytes)
+    // that every pixel's first channel offset `p · C` is a multiple of.
+    for channels in 1..=300 {
+        let brute = [16, 8, 4, 2, 1]
+            .into_iter()
+            .find(|&a| (0..64).all(|p| (p * channels) % a == 0))
+            .expect("1 divides everything");
+        assert_eq!(features::pixel_alignment(channels), brute, "{channels}");
+    }
+    assert_eq!(features::pixel_alignment(1104), 16);
+    assert_eq!(features::pixel_alignment(1000), 8);
+    assert_eq!(features::pixel_alignment(787), 1);
+
+    // Every executor reads the input's and the output's alignment among the op features.
+    let conv = Layer {
+        op: OpKind::Conv,
+        n: 1,
+        h: 10,
+        w: 10,
+        cin: 24,
+        oh: 10,
+        ow: 10,
+        cout: 96,
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad_t: 1,
+        pad_l: 1,
+        groups: 1,
+    };
+    let linear = Layer::linear(7, 123, 880);
+    for (layer, executor, cin, cout) in [
+        (&conv, "cpu_conv_t1", 8.0, 16.0),
+        (&linear, "cpu_linear_t1", 1.0, 16.0),
+    ] {
+        let names = features::feature_names(executor, true);
+        let at = |name: &str| names.iter().position(|n| n == name).expect(name);
+        let x = features::cpu_features(layer, 40, 1);
+        assert_eq!(x[at("cin_alignment")], cin, "{executor}");
+        assert_eq!(x[at("cout_alignment")], cout, "{executor}");
+    }
+    let names = features::feature_names("conv_generic", true);
+    let (_, x) = gpu_features(&conv, 40, &fake_device());
+    let at = names.iter().position(|n| n == "cout_alignment");
+    assert_eq!(at.map(|i| x[i]), Some(16.0));
+}
