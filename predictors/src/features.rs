@@ -210,6 +210,18 @@ impl Layer {
         }
     }
 
+    /// The input bytes a part of `channels` output channels reads: a depthwise part reads only
+    /// its own input channels (`channels / multiplier`, rounded up), every other op all of them.
+    fn part_input_bytes(&self, channels: usize) -> f64 {
+        let read = if self.op == OpKind::Depthwise {
+            let multiplier = (self.cout / self.cin.max(1)).max(1);
+            channels.div_ceil(multiplier).min(self.cin)
+        } else {
+            self.cin
+        };
+        4.0 * (self.n * self.h * self.w * read) as f64
+    }
+
     /// The op features of computing `channels` of the output channels: geometry, FLOPs and
     /// bytes moved (input read once, the part's weights, the part's output), and what makes
     /// the kernels' cost jump rather than grow: the channel count's remainder against the
@@ -222,7 +234,7 @@ impl Layer {
         let input = 4.0 * (self.n * self.h * self.w * self.cin) as f64;
         let weights = 4.0 * self.reduction() as f64 * c;
         let output = 4.0 * pixels * c;
-        let bytes = input + weights + output;
+        let bytes = self.part_input_bytes(channels) + weights + output;
         vec![
             self.n as f64,
             self.h as f64,
