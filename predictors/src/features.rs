@@ -223,7 +223,8 @@ impl Layer {
     }
 
     /// The op features of computing `channels` of the output channels: geometry, FLOPs and
-    /// bytes moved (input read once, the part's weights, the part's output), and what makes
+    /// bytes moved (the input the part reads, once: [`Self::part_input_bytes`]; the part's
+    /// weights and output; the whole input tensor is a feature of its own), and what makes
     /// the kernels' cost jump rather than grow: the channel count's remainder against the
     /// CPU's 8- and 16-lane vectors, whether the part is the whole layer, and how far a pixel's
     /// (or a row's) channels in the input and output tensors are aligned ([`pixel_alignment`]).

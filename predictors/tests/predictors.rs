@@ -729,3 +729,40 @@ fn pixel_alignment_is_how_far_every_pixels_channels_are_cache_line_aligned() {
     let at = names.iter().position(|n| n == "cout_alignment");
     assert_eq!(at.map(|i| x[i]), Some(16.0));
 }
+
+#[test]
+fn op_bytes_count_the_input_a_part_reads() {
+    let layer = |op: OpKind, cin: usize, cout: usize| Layer {
+        op,
+        n: 1,
+        h: 20,
+        w: 20,
+        cin,
+        oh: 20,
+        ow: 20,
+        cout,
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad_t: 1,
+        pad_l: 1,
+        groups: 1,
+    };
+    let names = features::feature_names("cpu_dwconv_t1", true);
+    let at = |name: &str| names.iter().position(|n| n == name).expect(name);
+    let pixels = 20.0 * 20.0;
+    // A depthwise part of 40 channels reads its own 40 input channels (multiplier 1) or 20
+    // (multiplier 2), plus its 9 weights per channel and its output.
+    for (cin, read) in [(64, 40.0), (32, 20.0)] {
+        let x = features::cpu_features(&layer(OpKind::Depthwise, cin, 64), 40, 1);
+        let expected = 4.0 * (pixels * read + 9.0 * 40.0 + pixels * 40.0);
+        assert_eq!(x[at("bytes")], expected, "cin {cin}");
+        assert_eq!(x[at("input_bytes")], 4.0 * pixels * cin as f64, "cin {cin}");
+    }
+    // A convolution part reads every input channel.
+    let names = features::feature_names("cpu_conv_t1", true);
+    let x = features::cpu_features(&layer(OpKind::Conv, 24, 64), 40, 1);
+    let bytes = names.iter().position(|n| n == "bytes").map(|i| x[i]);
+    let expected = 4.0 * (pixels * 24.0 + 9.0 * 24.0 * 40.0 + pixels * 40.0);
+    assert_eq!(bytes, Some(expected));
+}
