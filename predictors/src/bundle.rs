@@ -162,7 +162,8 @@ impl Profile {
             let expected = features::feature_names(name, e.dispatch_features);
             if e.features != expected {
                 return Err(format!(
-                    "executors.{name}.features: {:?}, this tandem computes {:?}",
+                    "executors.{name}.features: {:?}, this tandem computes {:?} (a profile \
+                     trained by another tandem version: train it again with this one)",
                     e.features, expected
                 ));
             }

@@ -180,7 +180,7 @@ impl Layer {
                 stride: [self.stride, self.stride],
                 dilation: [1, 1],
                 pad: [self.pad_t, self.pad_l],
-                multiplier: (self.cout / self.cin.max(1)).max(1),
+                multiplier: self.multiplier(),
                 activation: Activation::None,
             }),
             OpKind::Linear => LayerOp::Linear(FullyConnectedParams {
@@ -210,12 +210,16 @@ impl Layer {
         }
     }
 
+    /// A depthwise layer's channel multiplier (output channels per input channel; at least 1).
+    fn multiplier(&self) -> usize {
+        (self.cout / self.cin.max(1)).max(1)
+    }
+
     /// The input bytes a part of `channels` output channels reads: a depthwise part reads only
     /// its own input channels (`channels / multiplier`, rounded up), every other op all of them.
     fn part_input_bytes(&self, channels: usize) -> f64 {
         let read = if self.op == OpKind::Depthwise {
-            let multiplier = (self.cout / self.cin.max(1)).max(1);
-            channels.div_ceil(multiplier).min(self.cin)
+            channels.div_ceil(self.multiplier()).min(self.cin)
         } else {
             self.cin
         };
@@ -289,7 +293,7 @@ pub const OP_FEATURES: [&str; 23] = [
     "stride",
     "channels",
     "flops",
-    "bytes",
+    "part_bytes",
     "intensity",
     "pixels",
     "reduction",
@@ -306,7 +310,7 @@ pub const OP_FEATURES: [&str; 23] = [
 /// The op features the log-linear baseline under each forest regresses on (their `ln(1 + x)`):
 /// FLOPs, bytes, output pixels and channels. Dispatch features in the baseline were tried and
 /// extrapolated worse.
-pub const BASELINE_FEATURES: [&str; 4] = ["flops", "bytes", "pixels", "channels"];
+pub const BASELINE_FEATURES: [&str; 4] = ["flops", "part_bytes", "pixels", "channels"];
 
 /// Names of the dispatch features ([`dispatch_features`] order).
 pub const DISPATCH_FEATURES: [&str; 14] = [
@@ -534,7 +538,7 @@ pub fn cpu_depthwise_features(layer: &Layer, c: usize) -> Vec<f64> {
         0
     };
     let in_channels = c.div_ceil(p.multiplier).min(p.input[3]);
-    let [n, h, w, _] = p.input;
+    let [n, _, w, _] = p.input;
     let pixels = n * p.output[1] * p.output[2];
     vec![
         vector_blocks as f64,
@@ -542,7 +546,7 @@ pub fn cpu_depthwise_features(layer: &Layer, c: usize) -> Vec<f64> {
         lanes as f64,
         window_rows as f64,
         interior_columns(&p).len() as f64,
-        4.0 * (n * h * w * in_channels) as f64,
+        layer.part_input_bytes(c),
         4.0 * (p.kernel[0] * w * in_channels) as f64,
         (pixels * p.kernel[0] * p.kernel[1] * lanes) as f64,
     ]

@@ -179,7 +179,15 @@ fn conv_family(rng: &mut Rng) -> ConvFamily {
 }
 
 /// A spatial layer with input `h` x `w`, square kernel `k`, stride `s` and SAME padding.
-fn spatial(op: OpKind, h: usize, w: usize, cin: usize, cout: usize, k: usize, s: usize) -> Layer {
+pub fn spatial(
+    op: OpKind,
+    h: usize,
+    w: usize,
+    cin: usize,
+    cout: usize,
+    k: usize,
+    s: usize,
+) -> Layer {
     let (oh, pad_t) = same(h, k, s);
     let (ow, pad_l) = same(w, k, s);
     Layer {
@@ -618,22 +626,7 @@ mod tests {
     use super::*;
 
     fn depthwise(h: usize, c: usize) -> Layer {
-        Layer {
-            op: OpKind::Depthwise,
-            n: 1,
-            h,
-            w: h,
-            cin: c,
-            oh: h,
-            ow: h,
-            cout: c,
-            kh: 3,
-            kw: 3,
-            stride: 1,
-            pad_t: 1,
-            pad_l: 1,
-            groups: 1,
-        }
+        spatial(OpKind::Depthwise, h, h, c, c, 3, 1)
     }
 
     #[test]

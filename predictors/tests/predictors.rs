@@ -397,9 +397,20 @@ fn training_evaluation_and_profile_files() {
         }
     }
 
+    // A profile whose features another tandem computed (an older feature name) is refused,
+    // naming the executor's features and asking for a new training.
+    let good = std::fs::read_to_string(&path).expect("read");
+    std::fs::write(&path, good.replace("\"part_bytes\"", "\"bytes\"")).expect("write");
+    let e = Profile::load(&path)
+        .expect_err("stale features")
+        .to_string();
+    assert!(
+        e.contains("p.profile") && e.contains(".features") && e.contains("train it again"),
+        "{e}"
+    );
+
     // A bad profile names the file and the field.
-    let mut text = std::fs::read_to_string(&path).expect("read");
-    text = text.replacen("tandem-profile/2", "tandem-profile/9", 1);
+    let text = good.replacen("tandem-profile/2", "tandem-profile/9", 1);
     std::fs::write(&path, &text).expect("write");
     let e = Profile::load(&path).expect_err("bad format").to_string();
     assert!(e.contains("p.profile") && e.contains("'format'"), "{e}");
@@ -697,22 +708,7 @@ fn pixel_alignment_is_how_far_every_pixels_channels_are_cache_line_aligned() {
     assert_eq!(features::pixel_alignment(787), 1);
 
     // Every executor reads the input's and the output's alignment among the op features.
-    let conv = Layer {
-        op: OpKind::Conv,
-        n: 1,
-        h: 10,
-        w: 10,
-        cin: 24,
-        oh: 10,
-        ow: 10,
-        cout: 96,
-        kh: 3,
-        kw: 3,
-        stride: 1,
-        pad_t: 1,
-        pad_l: 1,
-        groups: 1,
-    };
+    let conv = measure::spatial(OpKind::Conv, 10, 10, 24, 96, 3, 1);
     let linear = Layer::linear(7, 123, 880);
     for (layer, executor, cin, cout) in [
         (&conv, "cpu_conv_t1", 8.0, 16.0),
@@ -732,22 +728,7 @@ fn pixel_alignment_is_how_far_every_pixels_channels_are_cache_line_aligned() {
 
 #[test]
 fn op_bytes_count_the_input_a_part_reads() {
-    let layer = |op: OpKind, cin: usize, cout: usize| Layer {
-        op,
-        n: 1,
-        h: 20,
-        w: 20,
-        cin,
-        oh: 20,
-        ow: 20,
-        cout,
-        kh: 3,
-        kw: 3,
-        stride: 1,
-        pad_t: 1,
-        pad_l: 1,
-        groups: 1,
-    };
+    let layer = |op, cin, cout| measure::spatial(op, 20, 20, cin, cout, 3, 1);
     let names = features::feature_names("cpu_dwconv_t1", true);
     let at = |name: &str| names.iter().position(|n| n == name).expect(name);
     let pixels = 20.0 * 20.0;
@@ -756,13 +737,13 @@ fn op_bytes_count_the_input_a_part_reads() {
     for (cin, read) in [(64, 40.0), (32, 20.0)] {
         let x = features::cpu_features(&layer(OpKind::Depthwise, cin, 64), 40, 1);
         let expected = 4.0 * (pixels * read + 9.0 * 40.0 + pixels * 40.0);
-        assert_eq!(x[at("bytes")], expected, "cin {cin}");
+        assert_eq!(x[at("part_bytes")], expected, "cin {cin}");
         assert_eq!(x[at("input_bytes")], 4.0 * pixels * cin as f64, "cin {cin}");
     }
     // A convolution part reads every input channel.
     let names = features::feature_names("cpu_conv_t1", true);
     let x = features::cpu_features(&layer(OpKind::Conv, 24, 64), 40, 1);
-    let bytes = names.iter().position(|n| n == "bytes").map(|i| x[i]);
+    let bytes = names.iter().position(|n| n == "part_bytes").map(|i| x[i]);
     let expected = 4.0 * (pixels * 24.0 + 9.0 * 24.0 * 40.0 + pixels * 40.0);
     assert_eq!(bytes, Some(expected));
 }
