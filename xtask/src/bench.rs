@@ -100,7 +100,7 @@ pub fn bench_cpu(
         }
     }
     let table = render(&rows, rounds * runs);
-    write_section(&root.join("docs/benchmarks.md"), "bench cpu", &table)?;
+    write_machine_section(&root.join("docs/benchmarks.md"), "bench cpu", &table)?;
     if json {
         let items: Vec<String> = rows
             .iter()
@@ -147,17 +147,71 @@ fn render(rows: &[Row], samples: usize) -> String {
 /// Replaces the text between `<!-- BEGIN {marker} -->` and `<!-- END {marker} -->` in `path`
 /// (appending the section if it is missing).
 pub(crate) fn write_section(path: &Path, marker: &str, body: &str) -> Result<()> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".to_string());
+    std::fs::write(path, with_section(&text, marker, body))
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `text` with the section `marker` holding `body`: replaced where it is, else appended.
+fn with_section(text: &str, marker: &str, body: &str) -> String {
     let (begin, end) = (
         format!("<!-- BEGIN {marker} -->"),
         format!("<!-- END {marker} -->"),
     );
-    let text = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".to_string());
     let section = format!("{begin}\n{body}{end}");
-    let updated = match (text.find(&begin), text.find(&end)) {
+    match (text.find(&begin), text.find(&end)) {
         (Some(b), Some(e)) if b < e => format!("{}{section}{}", &text[..b], &text[e + end.len()..]),
         _ => format!("{}\n{section}\n", text.trim_end()),
-    };
-    std::fs::write(path, updated).with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+/// The machine a benchmark ran on, as its sections are named: the CPU's model name without
+/// trademark signs (`Intel Xeon Processor`, `AMD EPYC`).
+pub(crate) fn machine_name() -> String {
+    let description = tandem_runtime::profile::cpu_description();
+    let model = description
+        .rsplit_once(" (")
+        .map_or(description.as_str(), |(m, _)| m);
+    model
+        .replace("(R)", "")
+        .replace("(TM)", "")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// [`write_section`] for results that depend on the machine: one section per machine, marked
+/// `{marker} on {machine}` ([`machine_name`]) and opened by a line naming the CPU.
+pub(crate) fn write_machine_section(path: &Path, marker: &str, body: &str) -> Result<()> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".to_string());
+    let body = format!(
+        "Machine: {}.\n\n{body}",
+        tandem_runtime::profile::cpu_description()
+    );
+    std::fs::write(
+        path,
+        with_machine_section(&text, marker, &machine_name(), &body),
+    )
+    .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `text` with the section `{marker} on {machine}` holding `body`. A machine's first section
+/// goes right after the last section of the same benchmark on another machine (at the end of
+/// the text when there is none).
+fn with_machine_section(text: &str, marker: &str, machine: &str, body: &str) -> String {
+    let full = format!("{marker} on {machine}");
+    if !text.contains(&format!("<!-- BEGIN {full} -->")) {
+        if let Some(at) = text.rfind(&format!("<!-- END {marker} on ")) {
+            let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i + 1);
+            let head = &text[..line_end];
+            let sep = if head.ends_with('\n') { "" } else { "\n" };
+            return format!(
+                "{head}{sep}<!-- BEGIN {full} -->\n{body}<!-- END {full} -->\n{}",
+                &text[line_end..]
+            );
+        }
+    }
+    with_section(text, &full, body)
 }
 
 /// CPU time of the calling thread in seconds (wall time where that is not available), so that
@@ -264,4 +318,46 @@ pub fn bench_gemm(samples: usize) -> Result<()> {
         println!("{row}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str =
+        "# Doc\n<!-- BEGIN bench cpu on A -->\nold A\n<!-- END bench cpu on A -->\nafter\n";
+
+    #[test]
+    fn a_machine_rewrites_only_its_own_section() {
+        let out = with_machine_section(DOC, "bench cpu", "A", "new A\n");
+        assert_eq!(
+            out,
+            "# Doc\n<!-- BEGIN bench cpu on A -->\nnew A\n<!-- END bench cpu on A -->\nafter\n"
+        );
+    }
+
+    #[test]
+    fn a_new_machine_goes_after_the_other_machines_section() {
+        let out = with_machine_section(DOC, "bench cpu", "B", "B's\n");
+        assert_eq!(
+            out,
+            "# Doc\n<!-- BEGIN bench cpu on A -->\nold A\n<!-- END bench cpu on A -->\n\
+             <!-- BEGIN bench cpu on B -->\nB's\n<!-- END bench cpu on B -->\nafter\n"
+        );
+        // And the next run on B rewrites it in place.
+        let again = with_machine_section(&out, "bench cpu", "B", "B2\n");
+        assert!(
+            again.contains("<!-- BEGIN bench cpu on B -->\nB2\n<!-- END bench cpu on B -->\nafter")
+        );
+        assert!(again.contains("old A"));
+    }
+
+    #[test]
+    fn a_benchmark_without_sections_is_appended() {
+        let out = with_machine_section("# Doc\n", "bench sync", "A", "x\n");
+        assert_eq!(
+            out,
+            "# Doc\n<!-- BEGIN bench sync on A -->\nx\n<!-- END bench sync on A -->\n"
+        );
+    }
 }

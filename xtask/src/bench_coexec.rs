@@ -510,6 +510,11 @@ pub fn bench_coexec(
     let profile_path = tandem_predictors::bundle::default_for(&gpu)
         .with_context(|| format!("no shipped profile for {}", gpu.label()))?;
     let profile = Profile::load(&profile_path)?;
+    // Each shipped profile (one per device) has its own section and figures.
+    let stem = profile_path
+        .file_stem()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let layer_options = MeasureOptions {
         warmup: 1,
         min_reps: 5,
@@ -671,7 +676,7 @@ pub fn bench_coexec(
                 ("GPU part (predicted)", "#ff9896", pts(&|p| p.2)),
             ],
         )?;
-        std::fs::write(figures.join("coexec_layer.svg"), svg)?;
+        std::fs::write(figures.join(format!("{stem}-coexec_layer.svg")), svg)?;
     }
     let scatter: Vec<(f64, f64)> = results
         .iter()
@@ -689,14 +694,14 @@ pub fn bench_coexec(
         })
         .collect();
     std::fs::write(
-        figures.join("coexec_predicted_vs_measured.svg"),
+        figures.join(format!("{stem}-coexec_predicted_vs_measured.svg")),
         svg_scatter("predicted against measured (CPU and GPU parts)", &scatter)?,
     )?;
-    body.push_str(
+    body.push_str(&format!(
         "\n### Plots\n\n![one layer's CPU, GPU and co-executed latency against the GPU channel \
-         count](figures/coexec_layer.svg)\n\n![predicted against measured latency of every \
-         measured part](figures/coexec_predicted_vs_measured.svg)\n",
-    );
+         count](figures/{stem}-coexec_layer.svg)\n\n![predicted against measured latency of \
+         every measured part](figures/{stem}-coexec_predicted_vs_measured.svg)\n",
+    ));
 
     if json {
         let layers_json: Vec<serde_json::Value> = results
@@ -723,5 +728,9 @@ pub fn bench_coexec(
     } else {
         print!("{body}");
     }
-    write_section(&root.join("docs/evaluation.md"), "bench coexec", &body)
+    write_section(
+        &root.join("docs/evaluation.md"),
+        &format!("bench coexec {stem}"),
+        &body,
+    )
 }

@@ -10,7 +10,7 @@
 //! `docs/evaluation.md` between the `bench depthwise` markers (not with `--quick`, a smoke run:
 //! one round of one run, the first two depthwise layers of each model).
 
-use crate::bench::write_section;
+use crate::bench::write_machine_section;
 use anyhow::{Context, Result};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -509,7 +509,7 @@ pub fn bench_depthwise(
             std::fs::write(&path, EVALUATION_INTRO)
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
-        write_section(&path, "bench depthwise", &table)?;
+        write_machine_section(&path, "bench depthwise", &table)?;
     }
     if json {
         println!("{}", to_json(&layers, &models));

@@ -2,7 +2,7 @@
 //! candidate split of one layer, over every splittable layer of the zoo; and the demo's use of
 //! the shipped profile.
 
-use crate::bench::write_section;
+use crate::bench::write_machine_section;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -100,5 +100,5 @@ pub fn bench_predictors(root: &Path, json: bool) -> Result<()> {
     if !json {
         print!("{body}");
     }
-    write_section(&root.join("docs/benchmarks.md"), "bench predictors", &body)
+    write_machine_section(&root.join("docs/benchmarks.md"), "bench predictors", &body)
 }

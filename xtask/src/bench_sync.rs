@@ -11,7 +11,7 @@
 //! pinned to core 0 and PoCL's threads pinned to core 1, so that each side has a core of this
 //! 2-core machine.
 
-use crate::bench::write_section;
+use crate::bench::write_machine_section;
 use anyhow::{Context, Result};
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -251,5 +251,5 @@ pub fn bench_sync(root: &Path, rounds: usize, json: bool) -> Result<()> {
     if !json {
         print!("{body}");
     }
-    write_section(&root.join("docs/benchmarks.md"), "bench sync", &body)
+    write_machine_section(&root.join("docs/benchmarks.md"), "bench sync", &body)
 }
