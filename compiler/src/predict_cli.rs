@@ -87,6 +87,11 @@ pub struct ProfileArgs {
     /// thread on core 1, the CPU side on core 0).
     #[arg(long)]
     pub no_pin: bool,
+    /// Time each GPU part from an idle queue (its enqueue and the OpenCL runtime's wake-up
+    /// included), as the Intel Xeon profile's data was measured, instead of from a queue
+    /// already spinning in a wait kernel as in a session.
+    #[arg(long)]
+    pub gpu_from_idle: bool,
     /// Measure under SCHED_FIFO (real-time priority 10): on a machine busy with other work,
     /// preemptions otherwise add scheduler ticks (4 ms) to long GPU kernels.
     #[arg(long)]
@@ -343,6 +348,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         measure: MeasureOptions {
             min_reps: args.reps.max(1),
             target_ms: args.target_ms.max(0.0),
+            gpu_from_idle: args.gpu_from_idle,
             ..MeasureOptions::default()
         },
         setting,

@@ -134,6 +134,10 @@ pub struct MeasureOptions {
     pub target_ms: f64,
     /// Longest a single run may take before the measurement fails.
     pub deadline: Duration,
+    /// Time a GPU part from an idle queue (enqueue, the OpenCL runtime's wake-up, the part, the
+    /// signal), as tandem 0.1's profiles before the AMD EPYC one were measured, instead of from
+    /// an awake queue spinning in a wait kernel as in a session (the default).
+    pub gpu_from_idle: bool,
 }
 
 impl Default for MeasureOptions {
@@ -144,6 +148,7 @@ impl Default for MeasureOptions {
             max_reps: 41,
             target_ms: 60.0,
             deadline: Duration::from_secs(20),
+            gpu_from_idle: false,
         }
     }
 }
@@ -322,6 +327,7 @@ impl Profiler {
             max_reps: 1,
             target_ms: 0.0,
             deadline: Duration::from_secs(30),
+            gpu_from_idle: false,
         })?;
         if split {
             split_cores();
@@ -617,6 +623,7 @@ pub const PROBE_OPTIONS: MeasureOptions = MeasureOptions {
     max_reps: 5,
     target_ms: 1.0,
     deadline: Duration::from_secs(20),
+    gpu_from_idle: false,
 };
 
 /// One layer ready to be timed (see [`Profiler::layer`]).
@@ -704,7 +711,63 @@ impl LayerBench<'_> {
             ))
         })?;
         let arena = ArenaMem::Svm(arena.ptr().cast());
+        // As in a session, the GPU part starts from a queue that is already awake and spinning
+        // in a wait kernel, with the part's kernels queued behind it: the time runs from the
+        // CPU's flag to the GPU's signal after the part. (Timed from an idle queue instead, a
+        // part also pays the OpenCL runtime's wake-up, which on some hosts varies by tens of µs
+        // from one phase to the next.)
+        if options.gpu_from_idle {
+            return Self::time_gpu_from_idle(profiler, artifact, arena, step, range, options)
+                .map(|t| (d, t));
+        }
         let timing = measure(options, || {
+            let (ready, done) = (profiler.next_epoch(), profiler.next_epoch());
+            let deadline = options.deadline;
+            let flags = &profiler.flags;
+            let backend = profiler
+                .backend
+                .as_mut()
+                .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
+            backend.signal(flags, GPU_DONE, ready)?;
+            backend.wait(flags, CPU_DONE, ready, i32::MAX)?;
+            backend.enqueue_step(artifact, &artifact.steps[step], range.clone(), arena)?;
+            backend.signal(flags, GPU_DONE, done)?;
+            backend
+                .dev
+                .queue
+                .flush()
+                .map_err(|err| GpuError::Device(format!("flushing the queue: {err}")))?;
+            spin_until(
+                flags.word(GPU_DONE),
+                ready,
+                flags.word(ABORT),
+                Instant::now() + deadline,
+            )
+            .map_err(|_| deadline_error(deadline, "the GPU queue reaching a profiled layer"))?;
+            let start = Instant::now();
+            flags.word(CPU_DONE).store(ready, Ordering::Release);
+            spin_until(
+                flags.word(GPU_DONE),
+                done,
+                flags.word(ABORT),
+                Instant::now() + deadline,
+            )
+            .map_err(|_| deadline_error(deadline, "the GPU part of a profiled layer"))?;
+            Ok(start.elapsed().as_secs_f64() * 1e3)
+        })?;
+        Ok((d, timing))
+    }
+
+    /// [`MeasureOptions::gpu_from_idle`]: the GPU part timed from its enqueue on an idle queue.
+    fn time_gpu_from_idle(
+        profiler: &mut Profiler,
+        artifact: &Artifact,
+        arena: ArenaMem,
+        step: usize,
+        range: std::ops::Range<usize>,
+        options: &MeasureOptions,
+    ) -> Result<Timing, GpuError> {
+        measure(options, || {
             let e = profiler.next_epoch();
             let deadline = options.deadline;
             let start = Instant::now();
@@ -728,8 +791,7 @@ impl LayerBench<'_> {
             )
             .map_err(|_| deadline_error(deadline, "the GPU part of a profiled layer"))?;
             Ok(start.elapsed().as_secs_f64() * 1e3)
-        })?;
-        Ok((d, timing))
+        })
     }
 
     fn time_cpu(
