@@ -25,6 +25,7 @@ fn plan() -> Plan {
             max_reps: 1,
             target_ms: 0.0,
             deadline: Duration::from_secs(60),
+            gpu_from_idle: false,
         },
         setting: "test".into(),
     }
@@ -246,4 +247,42 @@ fn grouped_convolutions_get_their_own_executors_and_predictors() {
     assert!(best.total_ms.is_finite() && best.total_ms > 0.0);
     assert!(back.predict_cpu(l, l.cout, 1).expect("cpu") > 0.0);
     assert!(back.predict_gpu(l, l.cout).expect("gpu") > 0.0);
+}
+
+/// Both GPU timings (from an awake queue, the default, and `gpu_from_idle`) time every
+/// requested repetition of the same dispatch, one after the other on one queue: the awake
+/// timing's wait kernel is released every time, so the queue is free for the next part and
+/// for a join.
+#[test]
+fn gpu_parts_time_from_an_awake_or_an_idle_queue() {
+    let mut profiler = match Profiler::open(false) {
+        Ok(p) => p,
+        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
+    };
+    let dev = profiler.device().clone();
+    let layer = &small_layers()[0];
+    let op = layer.to_op();
+    let g = layer.cout;
+    let mut bench = profiler.layer(&op, &[g], 1).expect("bench");
+    let awake = MeasureOptions {
+        warmup: 1,
+        min_reps: 5,
+        max_reps: 5,
+        target_ms: 0.0,
+        deadline: Duration::from_secs(60),
+        gpu_from_idle: false,
+    };
+    let idle = MeasureOptions {
+        gpu_from_idle: true,
+        ..awake
+    };
+    for options in [awake, idle, awake] {
+        let (d, t) = bench.gpu(g, &options).expect("GPU part");
+        assert_eq!(t.reps, 5, "{options:?}");
+        assert!(t.median_ms > 0.0 && t.median_ms.is_finite(), "{t:?}");
+        let (expected, _) = gpu_features(layer, g, &dev);
+        assert_eq!(d.variant, expected.variant);
+    }
+    let join = bench.sync(&awake).expect("a join after both timings");
+    assert!(join.median_ms > 0.0);
 }

@@ -858,6 +858,7 @@ mod tests {
             max_reps: 5,
             target_ms: 10.0,
             deadline: Duration::from_secs(1),
+            gpu_from_idle: false,
         };
         let mut calls = 0;
         let t: Result<Timing, ()> = measure(&o, || {
