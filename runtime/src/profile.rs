@@ -357,11 +357,7 @@ impl Profiler {
                 .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
             backend.wait(flags, CPU_DONE, e, i32::MAX)?;
             backend.signal(flags, GPU_DONE, e)?;
-            backend
-                .dev
-                .queue
-                .flush()
-                .map_err(|err| GpuError::Device(format!("flushing the queue: {err}")))?;
+            flush(backend)?;
             // Give the queue time to reach its wait kernel, as it has in a split step whose
             // GPU part runs while the CPU computes.
             let settle = Instant::now();
@@ -370,13 +366,7 @@ impl Profiler {
             }
             let start = Instant::now();
             flags.word(CPU_DONE).store(e, Ordering::Release);
-            spin_until(
-                flags.word(GPU_DONE),
-                e,
-                flags.word(ABORT),
-                Instant::now() + deadline,
-            )
-            .map_err(|_| deadline_error(deadline, "the GPU's signal after a join"))?;
+            await_gpu(flags, e, deadline, "the GPU's signal after a join")?;
             Ok(start.elapsed().as_secs_f64() * 1e3)
         })
     }
@@ -615,6 +605,26 @@ fn no_probe() -> GpuError {
     )
 }
 
+/// Flushes the backend's queue, so that what was enqueued starts.
+fn flush(backend: &GpuBackend) -> Result<(), GpuError> {
+    backend
+        .dev
+        .queue
+        .flush()
+        .map_err(|err| GpuError::Device(format!("flushing the queue: {err}")))
+}
+
+/// Spins until the GPU's flag reaches `epoch`; past `deadline`, an error that names `what`.
+fn await_gpu(flags: &Flags, epoch: i32, deadline: Duration, what: &str) -> Result<(), GpuError> {
+    spin_until(
+        flags.word(GPU_DONE),
+        epoch,
+        flags.word(ABORT),
+        Instant::now() + deadline,
+    )
+    .map_err(|_| deadline_error(deadline, what))
+}
+
 /// How the probe is timed: short, so that probing before and after each round costs little
 /// next to the round.
 pub const PROBE_OPTIONS: MeasureOptions = MeasureOptions {
@@ -732,27 +742,16 @@ impl LayerBench<'_> {
             backend.wait(flags, CPU_DONE, ready, i32::MAX)?;
             backend.enqueue_step(artifact, &artifact.steps[step], range.clone(), arena)?;
             backend.signal(flags, GPU_DONE, done)?;
-            backend
-                .dev
-                .queue
-                .flush()
-                .map_err(|err| GpuError::Device(format!("flushing the queue: {err}")))?;
-            spin_until(
-                flags.word(GPU_DONE),
+            flush(backend)?;
+            await_gpu(
+                flags,
                 ready,
-                flags.word(ABORT),
-                Instant::now() + deadline,
-            )
-            .map_err(|_| deadline_error(deadline, "the GPU queue reaching a profiled layer"))?;
+                deadline,
+                "the GPU queue reaching a profiled layer",
+            )?;
             let start = Instant::now();
             flags.word(CPU_DONE).store(ready, Ordering::Release);
-            spin_until(
-                flags.word(GPU_DONE),
-                done,
-                flags.word(ABORT),
-                Instant::now() + deadline,
-            )
-            .map_err(|_| deadline_error(deadline, "the GPU part of a profiled layer"))?;
+            await_gpu(flags, done, deadline, "the GPU part of a profiled layer")?;
             Ok(start.elapsed().as_secs_f64() * 1e3)
         })?;
         Ok((d, timing))
@@ -778,18 +777,8 @@ impl LayerBench<'_> {
                 .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
             backend.enqueue_step(artifact, &artifact.steps[step], range.clone(), arena)?;
             backend.signal(flags, GPU_DONE, e)?;
-            backend
-                .dev
-                .queue
-                .flush()
-                .map_err(|err| GpuError::Device(format!("flushing the queue: {err}")))?;
-            spin_until(
-                flags.word(GPU_DONE),
-                e,
-                flags.word(ABORT),
-                Instant::now() + deadline,
-            )
-            .map_err(|_| deadline_error(deadline, "the GPU part of a profiled layer"))?;
+            flush(backend)?;
+            await_gpu(flags, e, deadline, "the GPU part of a profiled layer")?;
             Ok(start.elapsed().as_secs_f64() * 1e3)
         })
     }
