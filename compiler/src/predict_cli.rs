@@ -58,6 +58,12 @@ pub struct ProfileArgs {
     /// in a slow phase of the machine are measured again (0 keeps every round).
     #[arg(long, default_value_t = 8.0, value_name = "PERCENT")]
     pub quiet_gate: f64,
+    /// The quiet gate's second reading on the GPU side, in percent: a round is kept only when
+    /// the join (the CPU–GPU handoff, `sync_ms`), timed before and after it, is also within
+    /// this much of its quiet time. Some hosts have slow handoff phases of tens of seconds
+    /// that add µs to every short GPU part (0 leaves the join out of the gate).
+    #[arg(long, default_value_t = 60.0, value_name = "PERCENT")]
+    pub sync_gate: f64,
     /// Models whose splittable layers are measured too (default: the zoo's `.tflite` files in
     /// `zoo/`, when that folder exists). `--models none` measures random layers only.
     #[arg(long, value_delimiter = ',')]
@@ -114,6 +120,11 @@ pub struct TrainArgs {
     /// gate: its CPU side repeats within 3%, its GPU side does not. Repeatable.
     #[arg(long, value_name = "OTHER.csv")]
     pub add_cpu: Vec<PathBuf>,
+    /// Leave out the GPU rows of configurations whose join (`sync_ms`) took more than this
+    /// many percent over the 10th percentile of the dataset's joins: measured in a slow phase
+    /// of the CPU–GPU handoff (for data profiled before `--sync-gate`). Off by default.
+    #[arg(long, value_name = "PERCENT")]
+    pub drop_slow_joins: Option<f64>,
 }
 
 /// `tandem eval`: MAPE and ±10% share of a profile's predictions per executor.
@@ -251,6 +262,12 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
             args.quiet_gate
         );
     }
+    if !(args.sync_gate >= 0.0 && args.sync_gate.is_finite()) {
+        bail!(
+            "--sync-gate: {} is not a percentage; give e.g. 60, or 0 to leave the join out",
+            args.sync_gate
+        );
+    }
     if !(args.min_mb >= 0.0 && args.min_mb.is_finite()) {
         bail!(
             "--min-mb: {} is not a size in MB; give e.g. 16",
@@ -344,6 +361,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         points: args.points.max(1),
         rounds: args.rounds.max(1),
         quiet_slack: args.quiet_gate / 100.0,
+        sync_slack: args.sync_gate / 100.0,
         limits,
         measure: MeasureOptions {
             min_reps: args.reps.max(1),
@@ -377,9 +395,11 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     if plan.quiet_slack > 0.0 {
         let g = summary.gate;
         println!(
-            "quiet gate ({}%): {} rounds measured again after a slow phase; {} configuration \
-             sides without a quiet round (their least round kept); {:.1} s spent waiting",
+            "quiet gate ({}%, join {}%): {} rounds measured again after a slow phase; {} \
+             configuration sides without a quiet round (their least round kept); {:.1} s spent \
+             waiting",
             args.quiet_gate,
+            args.sync_gate,
             g.discarded,
             g.noisy,
             g.waited.as_secs_f64()
@@ -420,6 +440,21 @@ pub fn train(args: &TrainArgs) -> Result<()> {
                 .unwrap_or_default()
         ));
         rows.extend(added);
+    }
+    if let Some(percent) = args.drop_slow_joins {
+        if !(percent >= 0.0 && percent.is_finite()) {
+            bail!("--drop-slow-joins: {percent} is not a percentage; give e.g. 60");
+        }
+        let before = rows.len();
+        let configs = dataset::drop_slow_join_gpu_rows(&mut rows, percent / 100.0);
+        eprintln!(
+            "--drop-slow-joins {percent}: left out {} GPU rows of {configs} configurations \
+             measured in a slow handoff phase",
+            before - rows.len()
+        );
+        name.push_str(&format!(
+            " without the GPU rows of slow joins (+{percent}%)"
+        ));
     }
     let sidecar = device_sidecar(&args.dataset);
     let text = std::fs::read_to_string(&sidecar).with_context(|| {

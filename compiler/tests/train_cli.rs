@@ -133,3 +133,70 @@ fn add_cpu_takes_the_other_datasets_cpu_rows_of_new_configurations_only() {
         "{stderr}"
     );
 }
+
+#[test]
+fn drop_slow_joins_leaves_out_the_gpu_rows_of_slow_handoff_configurations_only() {
+    // A shipped fresh set of the AMD EPYC, which has a slow handoff phase: 150 configurations.
+    let rows = dataset::read(&profiles().join("pocl-1core-epyc.fresh4.csv.gz")).expect("data");
+    let configs: BTreeSet<&str> = rows.iter().map(|r| r.config.as_str()).collect();
+    let keep: BTreeSet<&str> = configs.into_iter().step_by(3).take(150).collect();
+    let rows: Vec<Row> = rows
+        .iter()
+        .filter(|r| keep.contains(r.config.as_str()))
+        .cloned()
+        .collect();
+    let mut expected = rows.clone();
+    let slow = dataset::drop_slow_join_gpu_rows(&mut expected, 0.6);
+    assert!(slow > 0, "the sample has slow joins");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("d.csv");
+    dataset::write(&data, &rows).expect("write");
+    std::fs::copy(
+        profiles().join("pocl-1core-epyc.device.json"),
+        dir.path().join("d.device.json"),
+    )
+    .expect("sidecar");
+    let json = dir.path().join("r.json");
+    let out = tandem()
+        .arg("train")
+        .arg(&data)
+        .arg("-o")
+        .arg(dir.path().join("p.profile"))
+        .arg("--report-json")
+        .arg(&json)
+        .args(["--drop-slow-joins", "60"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "left out {} GPU rows of {slow} configurations",
+            rows.len() - expected.len()
+        )),
+        "{stderr}"
+    );
+    let r = report(&json);
+    let names: BTreeSet<&str> = rows.iter().map(|r| r.executor.as_str()).collect();
+    for name in names {
+        let count = |v: &[Row]| v.iter().filter(|r| r.executor == name).count() as u64;
+        let trained = rows_of(&r, name);
+        if trained > 0 {
+            assert_eq!(trained, count(&expected), "{name}");
+        }
+        if is_cpu(name) {
+            assert_eq!(count(&expected), count(&rows), "{name} keeps every row");
+        }
+    }
+
+    let bad = tandem()
+        .arg("train")
+        .arg(&data)
+        .arg("-o")
+        .arg(dir.path().join("q.profile"))
+        .arg("--drop-slow-joins=-5")
+        .output()
+        .expect("runs");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--drop-slow-joins: -5"));
+}

@@ -61,6 +61,12 @@ pub struct Plan {
     /// Slack of the quiet gates ([`crate::quiet`]): a round is kept when the probes around it
     /// are within this fraction of the probe's quiet time; 0 keeps every round.
     pub quiet_slack: f64,
+    /// Slack of the GPU side's second reading, the join (`sync_ms`), while the quiet gate is
+    /// on: a round is kept only when the join timed before and after it is within this
+    /// fraction of its quiet time too. On some hosts the CPU–GPU handoff has slow phases of
+    /// tens of seconds that add µs to every short GPU part and that the reference layer does
+    /// not show. 0 leaves the join out of the gate.
+    pub sync_slack: f64,
     pub limits: Limits,
     pub measure: MeasureOptions,
     /// Description of the machine setting, recorded with the dataset.
@@ -381,7 +387,8 @@ pub fn progress_line(p: &Progress) -> String {
 pub const QUIET_MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// The quiet gates of the two sides: the GPU's core and the CPU's (its probe runs on one
-/// thread, on the CPU side's core, whatever the thread counts measured).
+/// thread, on the CPU side's core, whatever the thread counts measured). The GPU side's probe
+/// also times the join ([`Plan::sync_slack`]).
 struct Gates {
     gpu: QuietGate,
     cpu: QuietGate,
@@ -480,7 +487,7 @@ pub fn run(
         gate: GateStats::default(),
     };
     let mut gates = Gates {
-        gpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT),
+        gpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT).with_reading(plan.sync_slack),
         cpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT),
     };
     let sync_options = MeasureOptions {
@@ -567,7 +574,7 @@ pub fn run(
                 }
                 Ok(times)
             },
-            |b| b.probe_gpu(),
+            |b| Ok(vec![b.probe_gpu()?, b.sync(&sync_options)?.median_ms]),
         )
         .map_err(gpu_err)?;
         for ((&g, d), t) in gpu_points.iter().zip(&dispatches).zip(&gpu_times) {
@@ -588,7 +595,7 @@ pub fn run(
                 |b, options| {
                     Ok::<_, GpuError>(cpu_points.iter().map(|&cc| b.cpu(cc, t, options)).collect())
                 },
-                |b| b.probe_cpu(),
+                |b| Ok(vec![b.probe_cpu()?]),
             )
             .map_err(gpu_err)?;
             for (&cc, timing) in cpu_points.iter().zip(&cpu_times) {

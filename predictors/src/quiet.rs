@@ -10,8 +10,14 @@
 //! probe's quiet time: the 10th percentile of the recent probe times (the least one is a lucky
 //! outlier on a busy machine, and the typical one includes the slow phases).
 //!
+//! On the GPU side the probe has a second reading, the join (the CPU–GPU handoff of the
+//! polling protocol, about 1 µs). On the AMD EPYC host it has slow phases of tens of seconds
+//! (about 2.6 µs) that add some 3 µs to every short GPU part, which the reference layer, a
+//! millisecond long, cannot show. The join is judged against its own quiet time and slack.
+//!
 //! Contracts:
-//! - [`QuietGate::record`] says whether one probe time is quiet, against the window including it.
+//! - [`QuietGate::record`] says whether a probe is quiet: each of its readings against the
+//!   window of that reading, including it.
 //! - [`QuietGate::wait`] probes (at least [`CALIBRATION`] times in all, to learn the quiet time)
 //!   until a probe is quiet or `max_wait` has passed; it never blocks longer than `max_wait`
 //!   plus one probe.
@@ -36,13 +42,52 @@ const WINDOW: usize = 2000;
 /// Pause between probes while waiting for a quiet phase.
 const PAUSE: Duration = Duration::from_millis(40);
 
-/// The gate of one side (the GPU's core or the CPU's).
+/// The gate of one side (the GPU's core or the CPU's). A probe gives one or more readings
+/// (the reference layer's time first; on the GPU side also the join, see
+/// [`QuietGate::with_reading`]), each judged against its own recent history and slack.
 #[derive(Debug, Clone)]
 pub struct QuietGate {
-    /// A probe within `quiet time × (1 + slack)` is quiet; 0 turns the gate off.
-    slack: f64,
+    readings: Vec<Reading>,
     max_wait: Duration,
+}
+
+/// One reading of a probe: its slack and its recent values.
+#[derive(Debug, Clone)]
+struct Reading {
+    /// A value within `quiet value × (1 + slack)` is quiet; 0: never judged.
+    slack: f64,
     history: VecDeque<f64>,
+}
+
+impl Reading {
+    fn new(slack: f64) -> Reading {
+        Reading {
+            slack: slack.max(0.0),
+            history: VecDeque::new(),
+        }
+    }
+
+    /// The 10th percentile of the recent window (`None` before any value).
+    fn quiet(&self) -> Option<f64> {
+        let mut v: Vec<f64> = self.history.iter().copied().collect();
+        if v.is_empty() {
+            return None;
+        }
+        let k = (v.len() - 1) / 10;
+        Some(*v.select_nth_unstable_by(k, f64::total_cmp).1)
+    }
+
+    /// Adds a value; whether it is quiet (always, for a reading that is not judged).
+    fn record(&mut self, value: f64) -> bool {
+        if self.history.len() == WINDOW {
+            self.history.pop_front();
+        }
+        self.history.push_back(value);
+        self.slack == 0.0
+            || self
+                .quiet()
+                .is_some_and(|q| value <= q * (1.0 + self.slack))
+    }
 }
 
 /// What the gates did over a profiling run.
@@ -57,39 +102,40 @@ pub struct GateStats {
 }
 
 impl QuietGate {
-    /// A gate with relative `slack` (e.g. 0.06; 0 turns it off) that waits at most `max_wait`.
+    /// A gate on the reference layer's time with relative `slack` (e.g. 0.06; 0 turns the
+    /// gate off) that waits at most `max_wait`.
     pub fn new(slack: f64, max_wait: Duration) -> QuietGate {
         QuietGate {
-            slack: slack.max(0.0),
+            readings: vec![Reading::new(slack)],
             max_wait,
-            history: VecDeque::new(),
         }
+    }
+
+    /// Judges a further reading of each probe (the probe's next value) with its own `slack`
+    /// (0: recorded, never judged). It only counts while the gate is on.
+    pub fn with_reading(mut self, slack: f64) -> QuietGate {
+        self.readings.push(Reading::new(slack));
+        self
     }
 
     /// Whether the gate is on.
     pub fn enabled(&self) -> bool {
-        self.slack > 0.0
+        self.readings[0].slack > 0.0
     }
 
-    /// The probe's quiet time: the 10th percentile of the recent window (`None` before any
-    /// probe).
-    pub fn quiet_ms(&self) -> Option<f64> {
-        let mut v: Vec<f64> = self.history.iter().copied().collect();
-        if v.is_empty() {
-            return None;
-        }
-        let k = (v.len() - 1) / 10;
-        Some(*v.select_nth_unstable_by(k, f64::total_cmp).1)
+    /// A reading's quiet value: the 10th percentile of its recent window (`None` before any
+    /// probe, or for a reading the gate lacks).
+    pub fn quiet(&self, reading: usize) -> Option<f64> {
+        self.readings.get(reading).and_then(Reading::quiet)
     }
 
-    /// Adds a probe time; whether it is quiet.
-    pub fn record(&mut self, probe_ms: f64) -> bool {
-        if self.history.len() == WINDOW {
-            self.history.pop_front();
-        }
-        self.history.push_back(probe_ms);
-        self.quiet_ms()
-            .is_some_and(|q| probe_ms <= q * (1.0 + self.slack))
+    /// Adds a probe's readings (one value per reading, in order; missing ones count as
+    /// quiet); whether every reading is quiet.
+    pub fn record(&mut self, probe: &[f64]) -> bool {
+        self.readings
+            .iter_mut()
+            .zip(probe)
+            .fold(true, |quiet, (r, &v)| r.record(v) && quiet)
     }
 
     /// Probes until a probe is quiet (after calibrating) or `max_wait` has passed; whether the
@@ -97,15 +143,15 @@ impl QuietGate {
     pub fn wait<E>(
         &mut self,
         stats: &mut GateStats,
-        mut probe: impl FnMut() -> Result<f64, E>,
+        mut probe: impl FnMut() -> Result<Vec<f64>, E>,
     ) -> Result<bool, E> {
         let start = Instant::now();
-        while self.history.len() + 1 < CALIBRATION {
-            self.record(probe()?);
+        while self.readings[0].history.len() + 1 < CALIBRATION {
+            self.record(&probe()?);
             std::thread::sleep(CALIBRATION_PAUSE);
         }
         let quiet = loop {
-            if self.record(probe()?) {
+            if self.record(&probe()?) {
                 break true;
             }
             if start.elapsed() >= self.max_wait {
@@ -142,7 +188,7 @@ pub fn gated_rounds<B, E>(
     measure: &MeasureOptions,
     stats: &mut GateStats,
     mut round: impl FnMut(&mut B, &MeasureOptions) -> Result<Vec<Timing>, E>,
-    mut probe: impl FnMut(&mut B) -> Result<f64, E>,
+    mut probe: impl FnMut(&mut B) -> Result<Vec<f64>, E>,
 ) -> Result<Vec<Timing>, E> {
     let rounds = rounds.max(1);
     let attempts = if gate.enabled() { 2 * rounds } else { rounds };
@@ -162,7 +208,7 @@ pub fn gated_rounds<B, E>(
             ..*measure
         };
         let times = round(bench, &options)?;
-        let after = !gate.enabled() || gate.record(probe(bench)?);
+        let after = !gate.enabled() || gate.record(&probe(bench)?);
         fold(&mut all, &times);
         if before && after {
             fold(&mut quiet, &times);
@@ -191,21 +237,21 @@ mod tests {
     #[test]
     fn a_probe_is_quiet_within_the_slack_of_the_tenth_percentile_of_recent_probes() {
         let mut g = QuietGate::new(0.06, Duration::ZERO);
-        assert!(g.record(1.0));
-        assert!(g.record(1.05));
-        assert!(!g.record(1.07));
-        assert!(g.record(0.9));
-        assert!(!g.record(1.0));
-        assert_eq!(g.quiet_ms(), Some(0.9));
+        assert!(g.record(&[1.0]));
+        assert!(g.record(&[1.05]));
+        assert!(!g.record(&[1.07]));
+        assert!(g.record(&[0.9]));
+        assert!(!g.record(&[1.0]));
+        assert_eq!(g.quiet(0), Some(0.9));
         // With 20 probes the quiet time is the second least: one lucky probe does not set it.
         for _ in 0..14 {
-            g.record(1.3);
+            g.record(&[1.3]);
         }
-        g.record(0.5);
-        assert_eq!(g.history.len(), 20);
-        assert_eq!(g.quiet_ms(), Some(0.9));
-        assert!(g.record(0.95));
-        assert!(!g.record(1.02));
+        g.record(&[0.5]);
+        assert_eq!(g.readings[0].history.len(), 20);
+        assert_eq!(g.quiet(0), Some(0.9));
+        assert!(g.record(&[0.95]));
+        assert!(!g.record(&[1.02]));
     }
 
     #[test]
@@ -232,7 +278,7 @@ mod tests {
             },
             |p| {
                 *p += 1;
-                Ok(if slow(*p - 1) { 1.5 } else { 1.0 })
+                Ok(vec![if slow(*p - 1) { 1.5 } else { 1.0 }])
             },
         )
         .expect("the fake bench never fails");
@@ -265,17 +311,64 @@ mod tests {
             },
             |n| {
                 *n += 1;
-                Ok(if *n <= CALIBRATION || *n % 2 == 0 {
+                Ok(vec![if *n <= CALIBRATION || *n % 2 == 0 {
                     1.0
                 } else {
                     2.0
-                })
+                }])
             },
         )
         .expect("the fake bench never fails");
         assert_eq!(stats.noisy, 1, "{stats:?}");
         assert_eq!(stats.discarded, 4, "{stats:?}");
         assert_eq!(times[0].median_ms, 1.0, "the least of the four attempts");
+    }
+
+    #[test]
+    fn a_slow_second_reading_alone_makes_a_probe_slow() {
+        let mut g = QuietGate::new(0.06, Duration::ZERO).with_reading(0.6);
+        for _ in 0..20 {
+            assert!(g.record(&[1.0, 0.001]));
+        }
+        assert_eq!(g.quiet(1), Some(0.001));
+        assert!(
+            g.record(&[1.0, 0.0015]),
+            "within 60% of the join's quiet time"
+        );
+        assert!(!g.record(&[1.0, 0.0026]), "a slow join with a quiet layer");
+        assert!(!g.record(&[1.2, 0.001]), "a slow layer with a quiet join");
+        assert!(g.record(&[1.0]), "a probe without the second reading");
+        // A reading with slack 0 is recorded and never judged.
+        let mut off = QuietGate::new(0.06, Duration::ZERO).with_reading(0.0);
+        off.record(&[1.0, 0.001]);
+        assert!(off.record(&[1.0, 0.01]));
+        assert_eq!(off.quiet(1), Some(0.001));
+        assert_eq!(off.quiet(2), None);
+    }
+
+    #[test]
+    fn rounds_during_a_slow_join_phase_are_discarded_and_remeasured() {
+        let mut g = QuietGate::new(0.06, Duration::from_secs(5)).with_reading(0.6);
+        let mut stats = GateStats::default();
+        // The join is slow for two probes after calibration; the reference layer never is.
+        let mut probes = 0usize;
+        let slow = |p: usize| (CALIBRATION..CALIBRATION + 2).contains(&p);
+        let times = gated_rounds(
+            &mut probes,
+            &mut g,
+            1,
+            &MeasureOptions::default(),
+            &mut stats,
+            |p, _| Ok::<_, ()>(vec![t(if slow(*p) { 0.005 } else { 0.002 })]),
+            |p| {
+                *p += 1;
+                Ok(vec![1.0, if slow(*p - 1) { 0.0026 } else { 0.001 }])
+            },
+        )
+        .expect("the fake bench never fails");
+        assert_eq!(times[0].median_ms, 0.002, "{stats:?}");
+        assert_eq!(times[0].reps, 1, "one quiet round kept");
+        assert_eq!(stats.discarded, 1, "{stats:?}");
     }
 
     #[test]

@@ -504,6 +504,51 @@ fn cpu_part_row(l: &Layer, executor: &str, threads: usize, c: usize) -> Row {
 }
 
 #[test]
+fn gpu_rows_of_configurations_with_a_slow_join_are_dropped_and_cpu_rows_kept() {
+    let layers = measure::random_layers(&[OpKind::Linear], 20, 5, &Limits::default());
+    let keys: std::collections::HashSet<String> = layers.iter().map(config_key).collect();
+    assert_eq!(keys.len(), 20, "distinct configurations");
+    let mut rows = Vec::new();
+    for (i, l) in layers.iter().enumerate() {
+        // Joins of 1.00–1.38 µs, except configurations 3 and 7, measured in a slow phase.
+        let sync_ms = if i == 3 || i == 7 {
+            0.0026
+        } else {
+            0.001 + 0.00002 * i as f64
+        };
+        let cpu = cpu_part_row(l, "cpu_linear_t1", 1, l.cout);
+        let gpu = Row {
+            executor: "fully_connected".into(),
+            c0: 0,
+            ..cpu.clone()
+        };
+        rows.push(Row { sync_ms, ..cpu });
+        rows.push(Row { sync_ms, ..gpu });
+    }
+    assert_eq!(rows.len(), 40);
+    let mut kept = rows.clone();
+    // The 10th percentile of the joins is 1.02 µs (configuration 1): the limit is 1.63 µs.
+    assert_eq!(dataset::drop_slow_join_gpu_rows(&mut kept, 0.6), 2);
+    assert_eq!(kept.len(), 38);
+    for (i, l) in layers.iter().enumerate() {
+        let key = config_key(l);
+        let gpu = kept
+            .iter()
+            .any(|r| r.config == key && r.executor == "fully_connected");
+        let cpu = kept
+            .iter()
+            .any(|r| r.config == key && r.executor == "cpu_linear_t1");
+        assert!(cpu, "configuration {i} keeps its CPU row");
+        assert_eq!(gpu, i != 3 && i != 7, "configuration {i}");
+    }
+    // A wide slack keeps everything; an empty dataset has nothing to drop.
+    let mut all = rows.clone();
+    assert_eq!(dataset::drop_slow_join_gpu_rows(&mut all, 2.0), 0);
+    assert_eq!(all, rows);
+    assert_eq!(dataset::drop_slow_join_gpu_rows(&mut Vec::new(), 0.6), 0);
+}
+
+#[test]
 fn cpu_conv_features_come_from_the_runtime_plan_at_compile_and_training_time() {
     use tandem_runtime::cpu::conv::{plan, ConvPath};
     let layers = measure::random_layers(

@@ -18,6 +18,7 @@ fn plan() -> Plan {
         points: 3,
         rounds: 2,
         quiet_slack: 0.0,
+        sync_slack: 0.0,
         limits: Limits::default(),
         measure: MeasureOptions {
             warmup: 1,
@@ -129,6 +130,7 @@ fn the_quiet_gate_probes_both_sides_and_keeps_quiet_rounds() {
     let mut p = plan();
     p.threads = vec![1];
     p.quiet_slack = 0.25;
+    p.sync_slack = 0.6;
     let s = measure::run(&mut profiler, &out, layers, &p, "cpu", |_| {}).expect("profiling");
     assert_eq!(s.measured, 2);
     // Calibration alone is 2 x 12 probes, 150 ms apart.
