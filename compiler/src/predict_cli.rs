@@ -61,7 +61,8 @@ pub struct ProfileArgs {
     /// The quiet gate's second reading on the GPU side, in percent: a round is kept only when
     /// the join (the CPU–GPU handoff, `sync_ms`), timed before and after it, is also within
     /// this much of its quiet time. Some hosts have slow handoff phases of tens of seconds
-    /// that add µs to every short GPU part (0 leaves the join out of the gate).
+    /// that add µs to every short GPU part (0 leaves the join out of the gate; with
+    /// `--quiet-gate 0` there is no gate).
     #[arg(long, default_value_t = 60.0, value_name = "PERCENT")]
     pub sync_gate: f64,
     /// Models whose splittable layers are measured too (default: the zoo's `.tflite` files in
@@ -121,8 +122,9 @@ pub struct TrainArgs {
     #[arg(long, value_name = "OTHER.csv")]
     pub add_cpu: Vec<PathBuf>,
     /// Leave out the GPU rows of configurations whose join (`sync_ms`) took more than this
-    /// many percent over the 10th percentile of the dataset's joins: measured in a slow phase
-    /// of the CPU–GPU handoff (for data profiled before `--sync-gate`). Off by default.
+    /// many percent over the 10th percentile of the dataset's joins (before `--add-cpu`):
+    /// measured in a slow phase of the CPU–GPU handoff (data profiled before `--sync-gate`, or
+    /// whose rounds found no quiet phase). Off by default.
     #[arg(long, value_name = "PERCENT")]
     pub drop_slow_joins: Option<f64>,
 }
@@ -395,11 +397,15 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     if plan.quiet_slack > 0.0 {
         let g = summary.gate;
         println!(
-            "quiet gate ({}%, join {}%): {} rounds measured again after a slow phase; {} \
+            "quiet gate ({}%, join {}): {} rounds measured again after a slow phase; {} \
              configuration sides without a quiet round (their least round kept); {:.1} s spent \
              waiting",
             args.quiet_gate,
-            args.sync_gate,
+            if args.sync_gate > 0.0 {
+                format!("{}%", args.sync_gate)
+            } else {
+                "off".to_string()
+            },
             g.discarded,
             g.noisy,
             g.waited.as_secs_f64()
@@ -418,12 +424,30 @@ pub fn train(_args: &TrainArgs) -> Result<()> {
 #[cfg(feature = "lightgbm")]
 pub fn train(args: &TrainArgs) -> Result<()> {
     use tandem_predictors::train::{self, DeviceMeta};
+    if let Some(percent) = args.drop_slow_joins {
+        if !(percent >= 0.0 && percent.is_finite()) {
+            bail!("--drop-slow-joins: {percent} is not a percentage; give e.g. 60");
+        }
+    }
     let mut rows = dataset::read(&args.dataset)?;
     let mut name = args
         .dataset
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // Before `--add-cpu`: the joins' percentile is the dataset's own.
+    if let Some(percent) = args.drop_slow_joins {
+        let before = rows.len();
+        let configs = tandem_predictors::quiet::drop_slow_join_gpu_rows(&mut rows, percent / 100.0);
+        eprintln!(
+            "--drop-slow-joins {percent}: left out {} GPU rows of {configs} configurations \
+             measured in a slow handoff phase",
+            before - rows.len()
+        );
+        name.push_str(&format!(
+            " without the GPU rows of slow joins (+{percent}%)"
+        ));
+    }
     for other in &args.add_cpu {
         let added = cpu_rows_of(other, &rows)?;
         eprintln!(
@@ -440,21 +464,6 @@ pub fn train(args: &TrainArgs) -> Result<()> {
                 .unwrap_or_default()
         ));
         rows.extend(added);
-    }
-    if let Some(percent) = args.drop_slow_joins {
-        if !(percent >= 0.0 && percent.is_finite()) {
-            bail!("--drop-slow-joins: {percent} is not a percentage; give e.g. 60");
-        }
-        let before = rows.len();
-        let configs = dataset::drop_slow_join_gpu_rows(&mut rows, percent / 100.0);
-        eprintln!(
-            "--drop-slow-joins {percent}: left out {} GPU rows of {configs} configurations \
-             measured in a slow handoff phase",
-            before - rows.len()
-        );
-        name.push_str(&format!(
-            " without the GPU rows of slow joins (+{percent}%)"
-        ));
     }
     let sidecar = device_sidecar(&args.dataset);
     let text = std::fs::read_to_string(&sidecar).with_context(|| {

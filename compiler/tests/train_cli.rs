@@ -1,6 +1,7 @@
 //! `tandem train --add-cpu`: the CPU rows of a second dataset of the same device join the
 //! training set (configurations the main dataset has are not taken twice); a dataset of another
-//! device is refused with an error naming it.
+//! device is refused with an error naming it. `tandem train --drop-slow-joins`: the GPU rows of
+//! configurations measured in a slow handoff phase are left out, their CPU rows kept.
 #![cfg(feature = "lightgbm")]
 
 use std::collections::BTreeSet;
@@ -146,7 +147,7 @@ fn drop_slow_joins_leaves_out_the_gpu_rows_of_slow_handoff_configurations_only()
         .cloned()
         .collect();
     let mut expected = rows.clone();
-    let slow = dataset::drop_slow_join_gpu_rows(&mut expected, 0.6);
+    let slow = tandem_predictors::quiet::drop_slow_join_gpu_rows(&mut expected, 0.6);
     assert!(slow > 0, "the sample has slow joins");
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("d.csv");
@@ -189,14 +190,18 @@ fn drop_slow_joins_leaves_out_the_gpu_rows_of_slow_handoff_configurations_only()
         }
     }
 
-    let bad = tandem()
-        .arg("train")
-        .arg(&data)
-        .arg("-o")
-        .arg(dir.path().join("q.profile"))
-        .arg("--drop-slow-joins=-5")
-        .output()
-        .expect("runs");
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("--drop-slow-joins: -5"));
+    for value in ["-5", "NaN", "inf"] {
+        let bad = tandem()
+            .arg("train")
+            .arg(&data)
+            .arg("-o")
+            .arg(dir.path().join("q.profile"))
+            .arg(format!("--drop-slow-joins={value}"))
+            .output()
+            .expect("runs");
+        assert!(!bad.status.success(), "{value} accepted");
+        let stderr = String::from_utf8_lossy(&bad.stderr);
+        assert!(stderr.contains("--drop-slow-joins: "), "{value}: {stderr}");
+        assert!(!dir.path().join("q.profile").exists());
+    }
 }

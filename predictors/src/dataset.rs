@@ -109,36 +109,6 @@ pub enum DatasetError {
     },
 }
 
-/// Leaves out the GPU rows of every configuration whose join (`sync_ms`, one per
-/// configuration) exceeds the 10th percentile of the configurations' joins by more than
-/// `slack` (a fraction): configurations measured in a slow phase of the CPU–GPU handoff,
-/// which adds µs to their short GPU parts (see `crate::quiet`). CPU rows stay. Returns the
-/// configurations whose GPU rows were dropped.
-pub fn drop_slow_join_gpu_rows(rows: &mut Vec<Row>, slack: f64) -> usize {
-    let mut joins: Vec<f64> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for r in rows.iter() {
-        if seen.insert(r.config.as_str()) {
-            joins.push(r.sync_ms);
-        }
-    }
-    if joins.is_empty() {
-        return 0;
-    }
-    let k = (joins.len() - 1) / 10;
-    let quiet = *joins.select_nth_unstable_by(k, f64::total_cmp).1;
-    let limit = quiet * (1.0 + slack.max(0.0));
-    let mut slow = std::collections::HashSet::new();
-    rows.retain(|r| {
-        let drop = !crate::features::is_cpu(&r.executor) && r.sync_ms > limit;
-        if drop {
-            slow.insert(r.config.clone());
-        }
-        !drop
-    });
-    slow.len()
-}
-
 /// The key of a layer configuration: equal for every row of one configuration.
 pub fn config_key(layer: &Layer) -> String {
     let l = layer;

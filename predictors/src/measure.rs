@@ -486,8 +486,14 @@ pub fn run(
         out_of_budget: 0,
         gate: GateStats::default(),
     };
+    let join_gated = plan.sync_slack > 0.0;
+    let gpu_gate = QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT);
     let mut gates = Gates {
-        gpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT).with_reading(plan.sync_slack),
+        gpu: if join_gated {
+            gpu_gate.with_reading(plan.sync_slack)
+        } else {
+            gpu_gate
+        },
         cpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT),
     };
     let sync_options = MeasureOptions {
@@ -536,22 +542,6 @@ pub fn run(
             profiler.layer(&op, &gpu_points, 1)
         };
         let mut bench = bench.map_err(gpu_err)?;
-        let sync = bench.sync(&sync_options).map_err(gpu_err)?;
-        let base = |executor: String, threads: usize, c0: usize, c1: usize| Row {
-            config: key.clone(),
-            device: device.clone(),
-            cpu: cpu.to_string(),
-            layer: (*layer).clone(),
-            executor,
-            threads,
-            c0,
-            c1,
-            variant: String::new(),
-            dispatch: Default::default(),
-            ms: 0.0,
-            reps: 0,
-            sync_ms: sync.median_ms,
-        };
         // Rounds over the points, each between two probes of the reference layer on the
         // same side (see `crate::quiet`): a slow phase of a core lasts seconds, longer than a
         // configuration, so it shifts every point measured in it; rounds measured in one are
@@ -574,9 +564,34 @@ pub fn run(
                 }
                 Ok(times)
             },
-            |b| Ok(vec![b.probe_gpu()?, b.sync(&sync_options)?.median_ms]),
+            |b| {
+                let layer = b.probe_gpu()?;
+                Ok(if join_gated {
+                    vec![layer, b.sync(&sync_options)?.median_ms]
+                } else {
+                    vec![layer]
+                })
+            },
         )
         .map_err(gpu_err)?;
+        // The join recorded with the rows is timed right after the GPU rounds, in the phase
+        // they were measured in (`tandem train --drop-slow-joins` judges them by it).
+        let sync = bench.sync(&sync_options).map_err(gpu_err)?;
+        let base = |executor: String, threads: usize, c0: usize, c1: usize| Row {
+            config: key.clone(),
+            device: device.clone(),
+            cpu: cpu.to_string(),
+            layer: (*layer).clone(),
+            executor,
+            threads,
+            c0,
+            c1,
+            variant: String::new(),
+            dispatch: Default::default(),
+            ms: 0.0,
+            reps: 0,
+            sync_ms: sync.median_ms,
+        };
         for ((&g, d), t) in gpu_points.iter().zip(&dispatches).zip(&gpu_times) {
             let mut r = base(gpu_executor(layer.op, d.variant), 0, c - g, c);
             r.variant = d.variant.name().to_string();

@@ -21,11 +21,15 @@
 //! - [`QuietGate::wait`] probes (at least [`CALIBRATION`] times in all, to learn the quiet time)
 //!   until a probe is quiet or `max_wait` has passed; it never blocks longer than `max_wait`
 //!   plus one probe.
+//! - [`drop_slow_join_gpu_rows`] leaves out, from a dataset, the GPU rows of configurations
+//!   whose recorded join was slow (data measured before the join was gated).
 //! - [`gated_rounds`] measures `rounds` quiet rounds of a set of points, at most twice as many
 //!   attempts; a point's latency is the least of its quiet round medians, or, when no round was
 //!   quiet, the least of all (counted in [`GateStats::noisy`]).
 
-use std::collections::VecDeque;
+use crate::dataset::Row;
+use crate::features::is_cpu;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 use tandem_runtime::profile::{MeasureOptions, Timing};
 
@@ -49,6 +53,8 @@ const PAUSE: Duration = Duration::from_millis(40);
 pub struct QuietGate {
     readings: Vec<Reading>,
     max_wait: Duration,
+    /// Probes recorded so far (calibration counts them).
+    probes: usize,
 }
 
 /// One reading of a probe: its slack and its recent values.
@@ -69,12 +75,7 @@ impl Reading {
 
     /// The 10th percentile of the recent window (`None` before any value).
     fn quiet(&self) -> Option<f64> {
-        let mut v: Vec<f64> = self.history.iter().copied().collect();
-        if v.is_empty() {
-            return None;
-        }
-        let k = (v.len() - 1) / 10;
-        Some(*v.select_nth_unstable_by(k, f64::total_cmp).1)
+        tenth_percentile(&mut self.history.iter().copied().collect::<Vec<_>>())
     }
 
     /// Adds a value; whether it is quiet (always, for a reading that is not judged).
@@ -88,6 +89,44 @@ impl Reading {
                 .quiet()
                 .is_some_and(|q| value <= q * (1.0 + self.slack))
     }
+}
+
+/// The 10th percentile of `v` (the value at index `(n − 1) / 10` in order; `None` when empty):
+/// the quiet time of a reading, robust to a lucky outlier and to slow phases.
+fn tenth_percentile(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let k = (v.len() - 1) / 10;
+    Some(*v.select_nth_unstable_by(k, f64::total_cmp).1)
+}
+
+/// Leaves out the GPU rows of every configuration whose join (`sync_ms`, one per
+/// configuration) exceeds the 10th percentile of the configurations' joins by more than
+/// `slack` (a fraction): configurations measured in a slow phase of the CPU–GPU handoff, which
+/// adds µs to their short GPU parts (the gate's second reading, for data measured without it
+/// or whose rounds found no quiet phase). CPU rows stay. Returns how many configurations lost
+/// their GPU rows.
+pub fn drop_slow_join_gpu_rows(rows: &mut Vec<Row>, slack: f64) -> usize {
+    let mut seen = HashSet::new();
+    let mut joins: Vec<f64> = rows
+        .iter()
+        .filter(|r| seen.insert(r.config.as_str()))
+        .map(|r| r.sync_ms)
+        .collect();
+    let Some(quiet) = tenth_percentile(&mut joins) else {
+        return 0;
+    };
+    let limit = quiet * (1.0 + slack.max(0.0));
+    let mut slow = HashSet::new();
+    rows.retain(|r| {
+        let drop = !is_cpu(&r.executor) && r.sync_ms > limit;
+        if drop {
+            slow.insert(r.config.clone());
+        }
+        !drop
+    });
+    slow.len()
 }
 
 /// What the gates did over a profiling run.
@@ -108,11 +147,13 @@ impl QuietGate {
         QuietGate {
             readings: vec![Reading::new(slack)],
             max_wait,
+            probes: 0,
         }
     }
 
     /// Judges a further reading of each probe (the probe's next value) with its own `slack`
-    /// (0: recorded, never judged). It only counts while the gate is on.
+    /// (0: recorded, never judged). [`QuietGate::wait`] and [`gated_rounds`] use the gate, and
+    /// so this reading, only while the gate is on.
     pub fn with_reading(mut self, slack: f64) -> QuietGate {
         self.readings.push(Reading::new(slack));
         self
@@ -129,13 +170,19 @@ impl QuietGate {
         self.readings.get(reading).and_then(Reading::quiet)
     }
 
-    /// Adds a probe's readings (one value per reading, in order; missing ones count as
-    /// quiet); whether every reading is quiet.
+    /// Adds a probe's readings (one value per reading, in order); whether every reading is
+    /// quiet. A probe with fewer values leaves the missing readings unjudged, extra values are
+    /// ignored (a debug build asserts the count).
     pub fn record(&mut self, probe: &[f64]) -> bool {
-        self.readings
-            .iter_mut()
-            .zip(probe)
-            .fold(true, |quiet, (r, &v)| r.record(v) && quiet)
+        debug_assert_eq!(probe.len(), self.readings.len(), "one value per reading");
+        self.probes += 1;
+        // Every reading records its value, also after an earlier one was slow: each history
+        // must hold every probe.
+        let mut quiet = true;
+        for (r, &v) in self.readings.iter_mut().zip(probe) {
+            quiet &= r.record(v);
+        }
+        quiet
     }
 
     /// Probes until a probe is quiet (after calibrating) or `max_wait` has passed; whether the
@@ -146,7 +193,7 @@ impl QuietGate {
         mut probe: impl FnMut() -> Result<Vec<f64>, E>,
     ) -> Result<bool, E> {
         let start = Instant::now();
-        while self.readings[0].history.len() + 1 < CALIBRATION {
+        while self.probes + 1 < CALIBRATION {
             self.record(&probe()?);
             std::thread::sleep(CALIBRATION_PAUSE);
         }
@@ -178,8 +225,8 @@ fn fold(acc: &mut Option<Vec<Timing>>, round: &[Timing]) {
 }
 
 /// Measures `rounds` rounds of a set of points with `round` (one timing per point, in a fixed
-/// order), each round between two probes of `gate` (`probe` times the reference layer on the
-/// same side). See the module docs. The first attempt uses `measure`'s warm-up, later ones at
+/// order), each round between two probes of `gate` (`probe` gives the gate's readings: the
+/// reference layer's time on the same side first). See the module docs. The first attempt uses `measure`'s warm-up, later ones at
 /// most one run (kernels are compiled and caches warm by then).
 pub fn gated_rounds<B, E>(
     bench: &mut B,
@@ -337,7 +384,11 @@ mod tests {
         );
         assert!(!g.record(&[1.0, 0.0026]), "a slow join with a quiet layer");
         assert!(!g.record(&[1.2, 0.001]), "a slow layer with a quiet join");
-        assert!(g.record(&[1.0]), "a probe without the second reading");
+        assert_eq!(
+            g.readings[0].history.len(),
+            g.readings[1].history.len(),
+            "every reading records every probe"
+        );
         // A reading with slack 0 is recorded and never judged.
         let mut off = QuietGate::new(0.06, Duration::ZERO).with_reading(0.0);
         off.record(&[1.0, 0.001]);

@@ -10,6 +10,7 @@ use tandem_predictors::eval::{evaluate, to_json};
 use tandem_predictors::features::{self, cpu_executor, gpu_features, record, Layer, OpKind};
 use tandem_predictors::forest::Forest;
 use tandem_predictors::measure::{self, Limits};
+use tandem_predictors::quiet;
 use tandem_predictors::train::{self, fit, grid, lightgbm_predict, DeviceMeta};
 use tandem_runtime::gpu::device::{DeviceInfo, SvmSupport};
 use tandem_runtime::gpu::dispatch::vector_width;
@@ -528,7 +529,7 @@ fn gpu_rows_of_configurations_with_a_slow_join_are_dropped_and_cpu_rows_kept() {
     assert_eq!(rows.len(), 40);
     let mut kept = rows.clone();
     // The 10th percentile of the joins is 1.02 µs (configuration 1): the limit is 1.63 µs.
-    assert_eq!(dataset::drop_slow_join_gpu_rows(&mut kept, 0.6), 2);
+    assert_eq!(quiet::drop_slow_join_gpu_rows(&mut kept, 0.6), 2);
     assert_eq!(kept.len(), 38);
     for (i, l) in layers.iter().enumerate() {
         let key = config_key(l);
@@ -543,9 +544,9 @@ fn gpu_rows_of_configurations_with_a_slow_join_are_dropped_and_cpu_rows_kept() {
     }
     // A wide slack keeps everything; an empty dataset has nothing to drop.
     let mut all = rows.clone();
-    assert_eq!(dataset::drop_slow_join_gpu_rows(&mut all, 2.0), 0);
+    assert_eq!(quiet::drop_slow_join_gpu_rows(&mut all, 2.0), 0);
     assert_eq!(all, rows);
-    assert_eq!(dataset::drop_slow_join_gpu_rows(&mut Vec::new(), 0.6), 0);
+    assert_eq!(quiet::drop_slow_join_gpu_rows(&mut Vec::new(), 0.6), 0);
 }
 
 #[test]
