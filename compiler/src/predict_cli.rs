@@ -121,10 +121,11 @@ pub struct TrainArgs {
     /// gate: its CPU side repeats within 3%, its GPU side does not. Repeatable.
     #[arg(long, value_name = "OTHER.csv")]
     pub add_cpu: Vec<PathBuf>,
-    /// Leave out the GPU rows of configurations whose join (`sync_ms`) took more than this
-    /// many percent over the 10th percentile of the dataset's joins (before `--add-cpu`):
+    /// Leave out the short GPU parts of configurations whose join (`sync_ms`) took more than
+    /// this many percent over the 10th percentile of the dataset's joins (before `--add-cpu`):
     /// measured in a slow phase of the CPU–GPU handoff (data profiled before `--sync-gate`, or
-    /// whose rounds found no quiet phase). Off by default.
+    /// whose rounds found no quiet phase), which adds about twice the join's excess to every
+    /// part. Parts it changes by under 1% stay. Off by default.
     #[arg(long, value_name = "PERCENT")]
     pub drop_slow_joins: Option<f64>,
 }
@@ -440,8 +441,8 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         let before = rows.len();
         let configs = tandem_predictors::quiet::drop_slow_join_gpu_rows(&mut rows, percent / 100.0);
         eprintln!(
-            "--drop-slow-joins {percent}: left out {} GPU rows of {configs} configurations \
-             measured in a slow handoff phase",
+            "--drop-slow-joins {percent}: left out {} short GPU parts of {configs} \
+             configurations measured in a slow handoff phase",
             before - rows.len()
         );
         name.push_str(&format!(

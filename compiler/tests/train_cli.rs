@@ -172,7 +172,7 @@ fn drop_slow_joins_leaves_out_the_gpu_rows_of_slow_handoff_configurations_only()
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "left out {} GPU rows of {slow} configurations",
+            "left out {} short GPU parts of {slow} configurations",
             rows.len() - expected.len()
         )),
         "{stderr}"

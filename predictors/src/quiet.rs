@@ -101,12 +101,18 @@ fn tenth_percentile(v: &mut [f64]) -> Option<f64> {
     Some(*v.select_nth_unstable_by(k, f64::total_cmp).1)
 }
 
-/// Leaves out the GPU rows of every configuration whose join (`sync_ms`, one per
-/// configuration) exceeds the 10th percentile of the configurations' joins by more than
-/// `slack` (a fraction): configurations measured in a slow phase of the CPU–GPU handoff, which
-/// adds µs to their short GPU parts (the gate's second reading, for data measured without it
-/// or whose rounds found no quiet phase). CPU rows stay. Returns how many configurations lost
-/// their GPU rows.
+/// A slow handoff phase adds about twice the join's excess to a GPU part (two handoffs: the
+/// CPU's flag to the GPU's wait kernel, the GPU's signal back); a part at least this many
+/// times that addition long is changed by under 1% and kept.
+const SHORT_PART_FACTOR: f64 = 100.0;
+
+/// Leaves out the short GPU parts of every configuration whose join (`sync_ms`, one per
+/// configuration) exceeds the 10th percentile of the configurations' joins (the quiet join) by
+/// more than `slack` (a fraction): configurations measured in a slow phase of the CPU–GPU
+/// handoff, which adds about twice the join's excess to every GPU part (the gate's second
+/// reading, for data measured without it or whose rounds found no quiet phase). A part is
+/// short when that addition is over 1% of it ([`SHORT_PART_FACTOR`]); longer parts and CPU
+/// rows stay. Returns how many configurations lost rows.
 pub fn drop_slow_join_gpu_rows(rows: &mut Vec<Row>, slack: f64) -> usize {
     let mut seen = HashSet::new();
     let mut joins: Vec<f64> = rows
@@ -120,7 +126,8 @@ pub fn drop_slow_join_gpu_rows(rows: &mut Vec<Row>, slack: f64) -> usize {
     let limit = quiet * (1.0 + slack.max(0.0));
     let mut slow = HashSet::new();
     rows.retain(|r| {
-        let drop = !is_cpu(&r.executor) && r.sync_ms > limit;
+        let added = 2.0 * (r.sync_ms - quiet);
+        let drop = !is_cpu(&r.executor) && r.sync_ms > limit && r.ms < SHORT_PART_FACTOR * added;
         if drop {
             slow.insert(r.config.clone());
         }

@@ -505,7 +505,7 @@ fn cpu_part_row(l: &Layer, executor: &str, threads: usize, c: usize) -> Row {
 }
 
 #[test]
-fn gpu_rows_of_configurations_with_a_slow_join_are_dropped_and_cpu_rows_kept() {
+fn short_gpu_parts_of_configurations_with_a_slow_join_are_dropped_and_the_rest_kept() {
     let layers = measure::random_layers(&[OpKind::Linear], 20, 5, &Limits::default());
     let keys: std::collections::HashSet<String> = layers.iter().map(config_key).collect();
     assert_eq!(keys.len(), 20, "distinct configurations");
@@ -517,30 +517,45 @@ fn gpu_rows_of_configurations_with_a_slow_join_are_dropped_and_cpu_rows_kept() {
         } else {
             0.001 + 0.00002 * i as f64
         };
-        let cpu = cpu_part_row(l, "cpu_linear_t1", 1, l.cout);
-        let gpu = Row {
+        let cpu = Row {
+            ms: 0.004,
+            sync_ms,
+            ..cpu_part_row(l, "cpu_linear_t1", 1, l.cout)
+        };
+        let gpu = |c0: usize, ms: f64| Row {
             executor: "fully_connected".into(),
-            c0: 0,
+            c0,
+            ms,
             ..cpu.clone()
         };
-        rows.push(Row { sync_ms, ..cpu });
-        rows.push(Row { sync_ms, ..gpu });
+        // A 4 µs part and a 0.5 ms one.
+        rows.extend([gpu(0, 0.004), gpu(1, 0.5), cpu]);
     }
-    assert_eq!(rows.len(), 40);
+    assert_eq!(rows.len(), 60);
     let mut kept = rows.clone();
-    // The 10th percentile of the joins is 1.02 µs (configuration 1): the limit is 1.63 µs.
+    // The quiet join (10th percentile) is 1.02 µs (configuration 1): the limit is 1.63 µs. A
+    // slow join of 2.6 µs adds about 3.2 µs to a part: a 4 µs part goes, a 0.5 ms one stays.
     assert_eq!(quiet::drop_slow_join_gpu_rows(&mut kept, 0.6), 2);
-    assert_eq!(kept.len(), 38);
+    assert_eq!(kept.len(), 58);
     for (i, l) in layers.iter().enumerate() {
         let key = config_key(l);
-        let gpu = kept
-            .iter()
-            .any(|r| r.config == key && r.executor == "fully_connected");
-        let cpu = kept
-            .iter()
-            .any(|r| r.config == key && r.executor == "cpu_linear_t1");
-        assert!(cpu, "configuration {i} keeps its CPU row");
-        assert_eq!(gpu, i != 3 && i != 7, "configuration {i}");
+        let has = |executor: &str, c0: usize| {
+            kept.iter()
+                .any(|r| r.config == key && r.executor == executor && r.c0 == c0)
+        };
+        assert!(
+            has("cpu_linear_t1", 0),
+            "configuration {i} keeps its CPU row"
+        );
+        assert!(
+            has("fully_connected", 1),
+            "configuration {i} keeps its long part"
+        );
+        assert_eq!(
+            has("fully_connected", 0),
+            i != 3 && i != 7,
+            "configuration {i}"
+        );
     }
     // A wide slack keeps everything; an empty dataset has nothing to drop.
     let mut all = rows.clone();
