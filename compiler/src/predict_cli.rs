@@ -446,7 +446,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             before - rows.len()
         );
         name.push_str(&format!(
-            " without the GPU rows of slow joins (+{percent}%)"
+            " without the short GPU parts of slow joins (+{percent}%)"
         ));
     }
     for other in &args.add_cpu {

@@ -178,6 +178,13 @@ fn drop_slow_joins_leaves_out_the_gpu_rows_of_slow_handoff_configurations_only()
         "{stderr}"
     );
     let r = report(&json);
+    assert!(
+        r["dataset"]
+            .as_str()
+            .is_some_and(|d| d.ends_with("without the short GPU parts of slow joins (+60%)")),
+        "the profile's provenance names the filter: {}",
+        r["dataset"]
+    );
     let names: BTreeSet<&str> = rows.iter().map(|r| r.executor.as_str()).collect();
     for name in names {
         let count = |v: &[Row]| v.iter().filter(|r| r.executor == name).count() as u64;
