@@ -116,8 +116,13 @@ fn parse_dump(text: &str) -> Vec<Vec<u32>> {
 }
 
 fn run_c(program: &Path, args: &[&Path]) -> String {
+    // The dynamic loader must find the library this test linked against: cargo's own
+    // LD_LIBRARY_PATH (which outranks the rpath) can name an older `cargo build` copy first.
+    let lib = lib_dir();
     let result = Command::new(program)
         .args(args)
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("DYLD_LIBRARY_PATH", &lib)
         .output()
         .expect("the C program runs");
     let stdout = String::from_utf8_lossy(&result.stdout).into_owned();

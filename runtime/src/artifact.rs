@@ -22,8 +22,10 @@ use serde::{Deserialize, Serialize};
 
 /// First bytes of every artifact.
 pub const MAGIC: &[u8; 8] = b"TANDEM\0\x1a";
-/// Version of the format this runtime reads and writes.
-pub const FORMAT_VERSION: u32 = 2;
+/// Version of the format this runtime reads and writes. 3: the GPU operands of 3x3 stride-1
+/// convolutions follow the Winograd dispatch rule of 2026-12 (Winograd from 8 input channels and
+/// 4 output tiles on), so a version-2 artifact's layouts may not match what dispatch picks.
+pub const FORMAT_VERSION: u32 = 3;
 /// Alignment of every arena offset, in bytes.
 pub const ARENA_ALIGN: usize = 64;
 /// Alignment of every constant inside the weights, in f32 elements (64 bytes).

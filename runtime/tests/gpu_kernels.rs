@@ -428,6 +428,7 @@ fn convolution_variants_match_the_cpu() {
             ),
             Variant::ConvGeneric,
         ),
+        // Winograd from 8 input channels and 4 output tiles on, whatever the output channels.
         (
             conv_case(
                 &mut rng,
@@ -440,6 +441,41 @@ fn convolution_variants_match_the_cpu() {
                 1,
                 1,
                 true,
+                Activation::None,
+                true,
+            ),
+            Variant::ConvWinograd,
+        ),
+        (
+            conv_case(
+                &mut rng,
+                1,
+                [7, 6],
+                10,
+                13,
+                3,
+                1,
+                1,
+                1,
+                true,
+                Activation::Relu6,
+                false,
+            ),
+            Variant::ConvWinograd,
+        ),
+        // One output tile: generic.
+        (
+            conv_case(
+                &mut rng,
+                1,
+                [6, 6],
+                16,
+                12,
+                3,
+                1,
+                1,
+                1,
+                false,
                 Activation::None,
                 true,
             ),

@@ -953,7 +953,7 @@ impl GpuBackend {
             let x = super::dispatch::launch_shape(items, 16, info);
             (x.0, Some(x.1))
         };
-        let (gi, li) = shape([tw, n * th, p.input[3]], &self.dev.info);
+        let (gi, li) = shape([p.input[3], tw, n * th], &self.dev.info);
         self.enqueue(
             "winograd",
             &opts,
@@ -981,7 +981,7 @@ impl GpuBackend {
             Some(d.work_group),
         )?;
         let blocks = c1.saturating_sub(d.c_start).div_ceil(d.block[2]);
-        let (go, lo) = shape([tw, n * th, blocks], &self.dev.info);
+        let (go, lo) = shape([blocks, tw, n * th], &self.dev.info);
         self.enqueue(
             "winograd",
             &opts,

@@ -20,13 +20,14 @@ typedef struct {
     r[4] = 2.0f * d1 - d2 - 2.0f * d3 + d4;             \
     r[5] = 4.0f * d1 - 5.0f * d3 + d5;
 
-// Grid: (tw, n * th, c). One tile of one input channel per work item.
+// Grid: (c, tw, n * th). One tile of one input channel per work item; neighbouring work items
+// take neighbouring channels, so their loads and stores are contiguous.
 __kernel void winograd_input(__global const float* src, int src_off, __global float* u,
                              WinoGeom g) {
-    const int tx = get_global_id(0);
-    const int n = get_global_id(1) / g.th;
-    const int ty = get_global_id(1) % g.th;
-    const int ci = get_global_id(2);
+    const int ci = get_global_id(0);
+    const int tx = get_global_id(1);
+    const int n = get_global_id(2) / g.th;
+    const int ty = get_global_id(2) % g.th;
     if (tx >= g.tw || n >= g.n || ci >= g.c) return;
     src += src_off;
     float d[6][6];
@@ -95,14 +96,15 @@ __kernel void winograd_gemm(__global const float* u, __global const float* wt,
     r[2] = m1 + m2 + 4.0f * m3 + 4.0f * m4;                 \
     r[3] = m1 - m2 + 8.0f * m3 - 8.0f * m4 + m5;
 
-// Grid: (tw, n * th, channel blocks from c_start). One tile by BC channels per work item.
+// Grid: (channel blocks from c_start, tw, n * th). One tile by BC channels per work item;
+// neighbouring work items take neighbouring channel blocks.
 __kernel void winograd_output(__global const float* m, __global const float* bias,
                               __global float* dst, int dst_off, WinoGeom g,
                               int c_start, int c0, int c1, int act) {
-    const int tx = get_global_id(0);
-    const int n = get_global_id(1) / g.th;
-    const int ty = get_global_id(1) % g.th;
-    const int co = c_start + get_global_id(2) * BC;
+    const int co = c_start + get_global_id(0) * BC;
+    const int tx = get_global_id(1);
+    const int n = get_global_id(2) / g.th;
+    const int ty = get_global_id(2) % g.th;
     if (tx >= g.tw || n >= g.n || co >= c1) return;
     dst += dst_off;
     const int tiles = g.n * g.th * g.tw;
