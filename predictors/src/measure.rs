@@ -169,7 +169,9 @@ fn fits(l: &Layer, limits: &Limits) -> bool {
 enum ConvFamily {
     /// Every dimension free.
     Free,
-    /// 3x3, stride 1, at least 32 channels in and out, at least 16x16: where Winograd runs.
+    /// 3x3, stride 1, at least 32 channels in and out, at least 16x16: the larger layers
+    /// Winograd runs (it runs from 8 channels and a 5x5 output on; free 3x3 stride-1 draws
+    /// reach those).
     Winograd,
     /// 1 to 4 input channels, a large kernel, few outputs: image stems, where the
     /// constant-weights kernel runs.
