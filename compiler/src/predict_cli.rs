@@ -137,9 +137,11 @@ pub struct EvalArgs {
     pub profile: PathBuf,
     /// A dataset measured on the same device (CSV or .csv.gz).
     pub dataset: PathBuf,
-    /// Print `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}, "offset": {NAME: …}}`
-    /// (MAPE in percent; offset: the median of measured / predicted, minus 1, in percent; with
-    /// `--repeat`, also `"repeatability"` of the executors' shape).
+    /// Print `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}, "offset": {NAME: …},
+    /// "machine_offset": …, "speed_adjusted": {NAME: …}}` (MAPE in percent; offset: the median
+    /// of measured / predicted, minus 1, in percent; machine_offset: the median of the
+    /// executors' offsets; speed_adjusted: the executors' accuracy with every prediction scaled
+    /// by that one factor; with `--repeat`, also `"repeatability"` of the executors' shape).
     #[arg(long)]
     pub json: bool,
     /// A second measurement of (some of) the dataset's points, e.g. `tandem profile` run again
@@ -569,17 +571,26 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         }
     } else {
         println!(
-            "| executor | n | MAPE | within ±10% | median offset |\n|---|---:|---:|---:|---:|"
+            "| executor | n | MAPE | within ±10% | median offset | speed-adjusted MAPE |\n\
+             |---|---:|---:|---:|---:|---:|"
         );
         for (name, a) in &e.executors {
             println!(
-                "| {name} | {} | {:.2}% | {:.1}% | {:+.1}% |",
+                "| {name} | {} | {:.2}% | {:.1}% | {:+.1}% | {:.2}% |",
                 a.n,
                 a.mape,
                 a.within10 * 100.0,
-                e.offset.get(name).copied().unwrap_or(0.0)
+                e.offset.get(name).copied().unwrap_or(0.0),
+                e.speed_adjusted.get(name).map_or(0.0, |s| s.mape)
             );
         }
+        println!(
+            "\nmachine offset {:+.1}%: the median of the executors' offsets, how much slower (+) \
+             or faster (−) the whole machine ran than when the profile's data were measured. \
+             Speed-adjusted MAPE: every prediction scaled by that one factor (a diagnosis fitted \
+             on this dataset; MAPE is the accuracy).",
+            e.machine_offset
+        );
     }
     for (name, n) in &e.unknown {
         eprintln!("warning: {n} rows of executor '{name}' have no predictor in the profile");

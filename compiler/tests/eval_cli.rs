@@ -64,7 +64,30 @@ fn eval_json_and_points_match_the_library_evaluation() {
         assert!((j["within10"].as_f64().expect("within10") - a.within10).abs() < 1e-12);
         let offset = json["offset"][name].as_f64().expect("offset");
         assert!((offset - expected.offset[name]).abs() < 1e-9, "{name}");
+        let adjusted = json["speed_adjusted"][name]["mape"]
+            .as_f64()
+            .expect("speed-adjusted mape");
+        assert!(
+            (adjusted - expected.speed_adjusted[name].mape).abs() < 1e-9,
+            "{name}"
+        );
     }
+    // The machine offset is the median of the executors' offsets; scaling every prediction by
+    // it leaves the median executor with (close to) no offset of its own.
+    let machine = json["machine_offset"].as_f64().expect("machine_offset");
+    assert!((machine - expected.machine_offset).abs() < 1e-9);
+    let mut offsets: Vec<f64> = expected.offset.values().copied().collect();
+    offsets.sort_by(f64::total_cmp);
+    assert!(offsets[0] <= machine && machine <= offsets[offsets.len() - 1]);
+    let factor = 1.0 + machine / 100.0;
+    let profile_scaled: Vec<f64> = rows
+        .iter()
+        .zip(&expected.predicted)
+        .filter(|(r, p)| p.is_some() && r.executor == "cpu_conv_t1")
+        .map(|(r, p)| (p.expect("predicted") * factor - r.ms).abs() / r.ms)
+        .collect();
+    let recomputed = 100.0 * profile_scaled.iter().sum::<f64>() / profile_scaled.len() as f64;
+    assert!((recomputed - expected.speed_adjusted["cpu_conv_t1"].mape).abs() < 1e-9);
 
     // One line per predicted row, in the dataset's order, with its prediction and error.
     let text = std::fs::read_to_string(&points).expect("points written");

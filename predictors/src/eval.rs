@@ -40,6 +40,14 @@ pub struct Evaluation {
     /// executors is the machine's own speed having moved between the two measurements (on a
     /// shared host, by a few percent between hours), which no profile measured earlier can know.
     pub offset: BTreeMap<String, f64>,
+    /// The machine's speed against the profile's, in percent: the median of the executors'
+    /// offsets ([`machine_offset`]). On a shared host the whole machine (CPU and GPU alike) runs
+    /// a few percent faster or slower from one hour to the next.
+    pub machine_offset: f64,
+    /// Per executor, the accuracy of every prediction scaled by `1 + machine_offset / 100`:
+    /// what is left when the dataset's one machine-wide speed factor is taken out (a diagnosis,
+    /// fitted on the dataset itself; the plain [`Evaluation::executors`] is the accuracy).
+    pub speed_adjusted: BTreeMap<String, Accuracy>,
     /// Rows of executors the profile has no predictor for, by executor.
     pub unknown: BTreeMap<String, usize>,
     /// The prediction (ms) of each row of the dataset, in its order (`None`: no predictor).
@@ -57,6 +65,17 @@ pub fn median_offset(predicted: &[f64], measured: &[f64]) -> f64 {
         return 0.0;
     }
     100.0 * (tandem_runtime::profile::median(&mut ratios) - 1.0)
+}
+
+/// The median of the executors' `offsets` (percent; 0 for none): the part of the offsets that
+/// the executors share, the machine's own speed, robust to a few executors that are off on
+/// their own.
+pub fn machine_offset(offsets: &BTreeMap<String, f64>) -> f64 {
+    let mut v: Vec<f64> = offsets.values().copied().collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    tandem_runtime::profile::median(&mut v)
 }
 
 /// Predicts every row with `profile` (features from the row, dispatch features as recorded at
@@ -78,15 +97,26 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
         entry.0.push(p);
         entry.1.push(r.ms);
     }
+    let offset: BTreeMap<String, f64> = pairs
+        .iter()
+        .map(|(k, (p, m))| (k.clone(), median_offset(p, m)))
+        .collect();
+    let machine = machine_offset(&offset);
+    let factor = 1.0 + machine / 100.0;
     Evaluation {
         executors: pairs
             .iter()
             .map(|(k, (p, m))| (k.clone(), accuracy(p, m)))
             .collect(),
-        offset: pairs
+        speed_adjusted: pairs
             .iter()
-            .map(|(k, (p, m))| (k.clone(), median_offset(p, m)))
+            .map(|(k, (p, m))| {
+                let scaled: Vec<f64> = p.iter().map(|p| p * factor).collect();
+                (k.clone(), accuracy(&scaled, m))
+            })
             .collect(),
+        offset,
+        machine_offset: machine,
         unknown,
         predicted,
     }
@@ -134,10 +164,16 @@ pub fn repeatability(first: &[Row], repeat: &[Row]) -> BTreeMap<String, Accuracy
         .collect()
 }
 
-/// `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}, "offset": {NAME: …}}` (MAPE and
-/// offset in percent).
+/// `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}, "offset": {NAME: …},
+/// "machine_offset": …, "speed_adjusted": {NAME: {"mape": …, …}}}` (MAPE and offsets in
+/// percent).
 pub fn to_json(e: &Evaluation) -> serde_json::Value {
-    serde_json::json!({ "executors": accuracies_json(&e.executors), "offset": e.offset })
+    serde_json::json!({
+        "executors": accuracies_json(&e.executors),
+        "offset": e.offset,
+        "machine_offset": e.machine_offset,
+        "speed_adjusted": accuracies_json(&e.speed_adjusted),
+    })
 }
 
 /// `{NAME: {"mape": …, "within10": …, "n": …}}`.
@@ -167,5 +203,16 @@ mod tests {
         let off = median_offset(&[1.0, 1.0, 1.0, 1.0], &[0.5, 0.9, 1.0, 2.0]);
         assert!((off + 5.0).abs() < 1e-9, "{off}");
         assert_eq!(median_offset(&[], &[]), 0.0);
+    }
+
+    #[test]
+    fn the_machine_offset_is_the_median_of_the_executors_offsets() {
+        let offsets: BTreeMap<String, f64> = [("a", 4.0), ("b", 5.0), ("c", 6.0), ("d", -20.0)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        // One executor far off on its own does not move it: median of -20, 4, 5, 6 is 4.5.
+        assert!((machine_offset(&offsets) - 4.5).abs() < 1e-12);
+        assert_eq!(machine_offset(&BTreeMap::new()), 0.0);
     }
 }
