@@ -169,9 +169,8 @@ fn fits(l: &Layer, limits: &Limits) -> bool {
 enum ConvFamily {
     /// Every dimension free.
     Free,
-    /// 3x3, stride 1, at least 32 channels in and out, at least 16x16: the larger layers
-    /// Winograd runs (it runs from 8 channels and a 5x5 output on; free 3x3 stride-1 draws
-    /// reach those).
+    /// 3x3, stride 1, 8 to 1023 channels in and out, at least 8x8: where Winograd runs (from
+    /// 8 channels and 4 output tiles on).
     Winograd,
     /// 1 to 4 input channels, a large kernel, few outputs: image stems, where the
     /// constant-weights kernel runs.
@@ -216,15 +215,19 @@ pub fn spatial(
     }
 }
 
-/// One random configuration of `op`: H and W in [4, 256) (Winograd-shaped and stem convolutions
-/// at least 16); convolutions C_in in [4, 1024) and C_out in [8, 1024), kernel 1/3/5/7; depthwise
+/// One random configuration of `op`: H and W in [4, 256) (Winograd-shaped convolutions at least
+/// 8, stem convolutions at least 16); convolutions C_in in [4, 1024) and C_out in [8, 1024), kernel 1/3/5/7; depthwise
 /// C in [8, 2048), kernel 3/5/7; stride 1 or 2; linear rows in [1, 256), in in [16, 4096), out
 /// in [8, 4096). See [`ConvFamily`] for the aimed share of convolutions.
 pub fn random_layer(op: OpKind, rng: &mut Rng) -> Layer {
     match op {
         OpKind::Conv => {
             let family = conv_family(rng);
-            let size_exp = if family == ConvFamily::Free { 2 } else { 4 };
+            let size_exp = match family {
+                ConvFamily::Free => 2,
+                ConvFamily::Winograd => 3,
+                ConvFamily::Stem => 4,
+            };
             let (h, w) = near_square(rng, size_exp, 7);
             match family {
                 ConvFamily::Free => {
@@ -234,7 +237,7 @@ pub fn random_layer(op: OpKind, rng: &mut Rng) -> Layer {
                     spatial(op, h, w, cin, cout, k, s)
                 }
                 ConvFamily::Winograd => {
-                    let (cin, cout) = (in_interval(rng, 5, 9), in_interval(rng, 5, 9));
+                    let (cin, cout) = (in_interval(rng, 3, 9), in_interval(rng, 3, 9));
                     spatial(op, h, w, cin, cout, 3, 1)
                 }
                 ConvFamily::Stem => {

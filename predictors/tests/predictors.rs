@@ -732,6 +732,28 @@ fn focused_sampling_keeps_only_layers_the_named_executors_run() {
 }
 
 #[test]
+fn winograd_focused_sampling_reaches_the_small_layers_winograd_now_runs() {
+    // Winograd runs from 8 input and GPU channels and 4 output tiles on: the Winograd-shaped
+    // draws, and with them a `--focus conv_winograd` run, reach below 32 channels and 16x16.
+    let dev = fake_device();
+    let limits = Limits::default();
+    let layers = measure::random_layers_where(&[OpKind::Conv], 200, 9, &limits, |l| {
+        measure::whole_layer_executors(l, &dev, &[1])[0] == "conv_winograd"
+    });
+    assert_eq!(layers.len(), 200);
+    for l in &layers {
+        assert!(
+            (l.kh, l.stride) == (3, 1) && l.cin >= 8 && l.cout >= 8,
+            "{l:?}"
+        );
+    }
+    let small = |l: &&Layer| l.cin < 32 || l.cout < 32 || l.h < 16;
+    let n = layers.iter().filter(small).count();
+    // (169 with this seed; 82 when the Winograd-shaped draws started at 32 channels and 16x16.)
+    assert!(n >= 130, "only {n} of 200 below 32 channels or 16x16");
+}
+
+#[test]
 fn repeatability_scores_matched_points_of_a_second_measurement() {
     let first = synthetic_rows(6, 5);
     // The second run: 5% slower everywhere, one point left out, one point of another range.
