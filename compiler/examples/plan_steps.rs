@@ -46,9 +46,8 @@ fn main() -> Result<()> {
     unsafe { tandem_runtime::profile::limit_pocl_threads() };
     let mut profiler = Profiler::open(true).context("plan_steps needs an OpenCL device")?;
     let base = CompileOptions::cpu(1, "");
-    let plain = compile_file(&path, &base)?;
     if whole {
-        return whole_layers(&mut profiler, &plain, passes);
+        return whole_layers(&mut profiler, &compile_file(&path, &base)?, passes);
     }
     let gpu = profiler.device().clone();
     let profile_path = tandem_predictors::bundle::default_for(&gpu)
@@ -62,7 +61,9 @@ fn main() -> Result<()> {
     );
     let (mut predicted_gain, mut measured_gain) = (0.0, 0.0);
     for row in report.rows.iter().filter(|r| r.device == "split") {
-        let op = LayerOp::from_kernel(&plain.steps[row.step].kernel)
+        // The planned artifact's own step: the layer as planned (a refactorized depthwise layer
+        // is a grouped convolution there).
+        let op = LayerOp::from_kernel(&planned.artifact.steps[row.step].kernel)
             .with_context(|| format!("{} is not a splittable layer", row.name))?;
         let (c, g) = (op.channels(), row.gpu_channels);
         let layer = Layer::from_op(&op).map_err(anyhow::Error::msg)?;

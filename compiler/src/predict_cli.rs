@@ -584,11 +584,13 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
                 e.speed_adjusted.get(name).map_or(0.0, |s| s.mape)
             );
         }
+    }
+    if !args.json {
         println!(
             "\nmachine offset {:+.1}%: the median of the executors' offsets, how much slower (+) \
              or faster (−) the whole machine ran than when the profile's data were measured. \
-             Speed-adjusted MAPE: every prediction scaled by that one factor (a diagnosis fitted \
-             on this dataset; MAPE is the accuracy).",
+             Speed-adjusted MAPE (JSON: speed_adjusted): every prediction scaled by that one \
+             factor (a diagnosis fitted on this dataset; MAPE is the accuracy).",
             e.machine_offset
         );
     }
