@@ -1,6 +1,7 @@
 //! Where a plan's predictions and this machine disagree: every split step of a model's plan
 //! (the shipped profile's, as `tandem compile` makes it) with its CPU and GPU parts predicted
-//! and measured apart, and the gain each step was to bring against the gain it brings.
+//! and measured apart, the step measured whole as a session runs it (both parts side by side,
+//! `LayerBench::split`), and the gain each step was to bring against the gains it brings.
 //!
 //! `cargo run --release --example plan_steps -- MODEL.tflite [PASSES]` prints one CSV row per
 //! split step and the summed gains; `… -- MODEL.tflite [PASSES] --whole` instead times every
@@ -57,9 +58,10 @@ fn main() -> Result<()> {
     let report = planned.report.context("the plan has no report")?;
     println!(
         "step,name,channels,gpu_channels,predicted_cpu_whole,predicted_cpu,predicted_gpu,\
-         measured_cpu_whole,measured_cpu,measured_gpu,predicted_gain,measured_gain"
+         measured_cpu_whole,measured_cpu,measured_gpu,measured_split,predicted_gain,measured_gain,\
+         split_gain"
     );
-    let (mut predicted_gain, mut measured_gain) = (0.0, 0.0);
+    let (mut predicted_gain, mut measured_gain, mut split_gain) = (0.0, 0.0, 0.0);
     for row in report.rows.iter().filter(|r| r.device == "split") {
         // The planned artifact's own step: the layer as planned (a refactorized depthwise layer
         // is a grouped convolution there).
@@ -73,26 +75,30 @@ fn main() -> Result<()> {
             .find(|k| k.gpu_channels == g)
             .with_context(|| format!("{}: no candidate with {g} GPU channels", row.name))?;
         let mut bench = profiler.layer(&op, &[g], row.step as u64)?;
-        let mut times = [Vec::new(), Vec::new(), Vec::new()];
+        let mut times = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
         for _ in 0..passes {
             times[0].push(bench.cpu(c, 1, &OPTIONS).median_ms);
             times[1].push(bench.cpu(c - g, 1, &OPTIONS).median_ms);
             times[2].push(bench.gpu(g, &OPTIONS)?.1.median_ms);
+            times[3].push(bench.split(g, 1, &OPTIONS)?.median_ms);
         }
-        let [cpu_whole, cpu, gpu] = times.map(|mut t| median(&mut t));
+        let [cpu_whole, cpu, gpu, split] = times.map(|mut t| median(&mut t));
         let p_gain = row.cpu_ms - row.planned_ms;
         let m_gain = cpu_whole - (cpu.max(gpu) + report.sync_ms);
+        let s_gain = cpu_whole - split;
         predicted_gain += p_gain;
         measured_gain += m_gain;
+        split_gain += s_gain;
         println!(
-            "{},{},{c},{g},{:.4},{:.4},{:.4},{cpu_whole:.4},{cpu:.4},{gpu:.4},{p_gain:.4},{m_gain:.4}",
+            "{},{},{c},{g},{:.4},{:.4},{:.4},{cpu_whole:.4},{cpu:.4},{gpu:.4},{split:.4},\
+             {p_gain:.4},{m_gain:.4},{s_gain:.4}",
             row.step, row.name, row.cpu_ms, predicted.cpu_ms, predicted.gpu_ms
         );
     }
     println!(
         "# {}: {} split steps; gains against running them on the CPU alone, summed: predicted \
-         {predicted_gain:.3} ms, measured {measured_gain:.3} ms (plan predicted {:.3} ms, CPU \
-         only {:.3} ms)",
+         {predicted_gain:.3} ms, measured apart {measured_gain:.3} ms, measured side by side \
+         {split_gain:.3} ms (plan predicted {:.3} ms, CPU only {:.3} ms)",
         path.display(),
         report.rows.iter().filter(|r| r.device == "split").count(),
         report.plan_ms,

@@ -5,7 +5,8 @@
 //! - Every splittable step (a kernel with output channels, [`split_channels`]) gets candidates
 //!   `g = 0, w, 2w, …, C` GPU channels (`w` the GPU kernel's vector width; `0` is CPU only and
 //!   `C` GPU only), each with a cost `max(cpu(C − g), gpu(g)) + sync` (sync only when both
-//!   devices run). Costs come from a [`CostModel`]: the device profile's predictors
+//!   devices run; a profile with contention adds `excess · min(cpu, gpu)`,
+//!   `tandem_predictors::corun`). Costs come from a [`CostModel`]: the device profile's predictors
 //!   ([`Predicted`]) or measurements on this device ([`Measured`], the papers' grid search).
 //! - Every other step runs whole on one device. Its cost is an estimate from the bytes it reads
 //!   and writes ([`MoveCost`]; there is no predictor for element-wise ops); only steps whose work
@@ -220,13 +221,29 @@ impl CostModel for Predicted<'_> {
     }
 
     fn describe(&self) -> String {
-        format!("predicted ({})", self.source)
+        let contention: Vec<String> = self
+            .profile
+            .contention
+            .iter()
+            .map(|(k, c)| format!("{k} {:.1}%", 100.0 * c.excess))
+            .collect();
+        if contention.is_empty() {
+            format!("predicted ({})", self.source)
+        } else {
+            format!(
+                "predicted ({}; split contention {})",
+                self.source,
+                contention.join(", ")
+            )
+        }
     }
 }
 
 /// Costs measured on this machine's OpenCL device and CPU (the papers' grid search): each
-/// candidate's GPU part and CPU part timed apart by [`Profiler`], cost `max + sync`, sync
-/// measured once.
+/// candidate's GPU part and CPU part timed apart by [`Profiler`] (the `cpu_ms` and `gpu_ms`
+/// of its [`Choice`]); a split's cost is the split step itself, both parts timed side by side
+/// as a session runs them, the join included (`LayerBench::split`), so that it holds the
+/// contention of the two sides; a single device's cost is its part.
 pub struct Measured {
     pub profiler: Profiler,
     pub options: MeasureOptions,
@@ -264,7 +281,6 @@ impl CostModel for Measured {
         let grid = candidates(layer, self.max_candidates);
         self.seed += 1;
         let options = self.options;
-        let sync = self.sync_ms;
         let mut bench = self
             .profiler
             .layer(layer, &grid, self.seed)
@@ -285,13 +301,20 @@ impl CostModel for Measured {
             } else {
                 bench.cpu(c - g, threads, &options).median_ms
             };
-            let both = g > 0 && g < c;
+            let ms = if g > 0 && g < c {
+                bench
+                    .split(g, threads, &options)
+                    .with_context(|| format!("measuring a split at {g} GPU channels"))?
+                    .median_ms
+            } else {
+                cpu_ms.max(gpu_ms)
+            };
             out.push(Choice {
                 gpu_channels: g,
                 placement: split_placement(g, c),
                 cpu_ms,
                 gpu_ms,
-                ms: cpu_ms.max(gpu_ms) + if both { sync } else { 0.0 },
+                ms,
             });
         }
         Ok(Some(out))

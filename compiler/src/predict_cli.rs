@@ -9,12 +9,12 @@ use clap::Args;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tandem_predictors::calibrate;
 use tandem_predictors::dataset::{self, Row};
 use tandem_predictors::eval::{accuracies_json, evaluate, repeatability, to_json};
 use tandem_predictors::features::{Layer, OpKind};
 use tandem_predictors::measure::{self, progress_line, Limits, Plan};
 use tandem_predictors::Profile;
+use tandem_predictors::{calibrate, corun};
 use tandem_runtime::gpu::device::DeviceInfo;
 use tandem_runtime::profile::{cpu_description, LayerOp, MeasureOptions, Profiler};
 
@@ -103,6 +103,12 @@ pub struct ProfileArgs {
     /// preemptions otherwise add scheduler ticks (4 ms) to long GPU kernels.
     #[arg(long)]
     pub realtime: bool,
+    /// Measure the contention of split steps instead: per configuration one split at a random
+    /// GPU channel count, its CPU and GPU parts apart and side by side as a session runs them
+    /// (`--rounds` rounds, no quiet gate). `--out` is then a co-run dataset for `tandem train
+    /// --corun`; `--points` does not apply.
+    #[arg(long)]
+    pub corun: bool,
 }
 
 /// `tandem train`: one LightGBM predictor per executor.
@@ -128,6 +134,10 @@ pub struct TrainArgs {
     /// part. Parts it changes by under 1% stay. Off by default.
     #[arg(long, value_name = "PERCENT")]
     pub drop_slow_joins: Option<f64>,
+    /// A co-run dataset of the same device (`tandem profile --corun`): the profile then states
+    /// the contention of split steps per op kind, and the planner charges it. Repeatable.
+    #[arg(long, value_name = "CORUN.csv")]
+    pub corun: Vec<PathBuf>,
 }
 
 /// `tandem eval`: MAPE and ±10% share of a profile's predictions per executor.
@@ -347,14 +357,6 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         );
     }
     let cpu = cpu_description();
-    let sidecar = device_sidecar(&args.out);
-    let meta = Sidecar {
-        device: profiler.device().clone(),
-        cpu: cpu.clone(),
-        setting: setting.clone(),
-    };
-    std::fs::write(&sidecar, serde_json::to_string_pretty(&meta)? + "\n")
-        .with_context(|| format!("cannot write {}", sidecar.display()))?;
     let plan = Plan {
         ops,
         samples: args.samples,
@@ -374,8 +376,40 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
             gpu_from_idle: args.gpu_from_idle,
             ..MeasureOptions::default()
         },
-        setting,
+        setting: setting.clone(),
     };
+    let progress = |p: &measure::Progress| {
+        eprint!("\r{:<140}", progress_line(p));
+        let _ = std::io::stderr().flush();
+    };
+    if args.corun {
+        eprintln!(
+            "measuring {} configurations side by side on {} and {}",
+            configs.len(),
+            profiler.device().label(),
+            cpu
+        );
+        let s = corun::measure(&mut profiler, &args.out, &configs, &plan, progress)?;
+        eprintln!();
+        println!(
+            "measured {} configurations side by side into {}; {} already there; {} too \
+             narrow to split; {} left for lack of time",
+            s.measured,
+            args.out.display(),
+            s.skipped,
+            s.unsplittable,
+            s.out_of_budget
+        );
+        return Ok(());
+    }
+    let sidecar = device_sidecar(&args.out);
+    let meta = Sidecar {
+        device: profiler.device().clone(),
+        cpu: cpu.clone(),
+        setting: setting.clone(),
+    };
+    std::fs::write(&sidecar, serde_json::to_string_pretty(&meta)? + "\n")
+        .with_context(|| format!("cannot write {}", sidecar.display()))?;
     eprintln!(
         "profiling {} configurations ({} from {} models) on {} and {}",
         configs.len(),
@@ -384,10 +418,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         profiler.device().label(),
         cpu
     );
-    let summary = measure::run(&mut profiler, &args.out, &configs, &plan, &cpu, |p| {
-        eprint!("\r{:<140}", progress_line(p));
-        let _ = std::io::stderr().flush();
-    })?;
+    let summary = measure::run(&mut profiler, &args.out, &configs, &plan, &cpu, progress)?;
     eprintln!();
     println!(
         "measured {} configurations ({} rows) into {}; {} already there; {} left for lack of time",
@@ -477,7 +508,12 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     })?;
     let meta: Sidecar = serde_json::from_str(&text)
         .with_context(|| format!("{}: not a device description", sidecar.display()))?;
-    let (profile, report) = train::train(
+    let contention = if args.corun.is_empty() {
+        Default::default()
+    } else {
+        contention_of(&args.corun, &meta.device.label())?
+    };
+    let (mut profile, report) = train::train(
         &rows,
         DeviceMeta {
             device: meta.device,
@@ -487,6 +523,16 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         &name,
         |line| eprintln!("{line}"),
     )?;
+    profile.contention = contention;
+    profile.provenance.corun_datasets = args
+        .corun
+        .iter()
+        .map(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+        .collect();
     profile.save(&args.output)?;
     if let Some(r) = &args.report_json {
         std::fs::write(r, serde_json::to_string_pretty(&report)? + "\n")
@@ -500,6 +546,46 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         args.output.display()
     );
     Ok(())
+}
+
+/// The contention fitted on the co-run datasets `paths` (printed), which must be of the device
+/// `device`; an error when no op kind has enough configurations.
+#[cfg(feature = "lightgbm")]
+fn contention_of(
+    paths: &[PathBuf],
+    device: &str,
+) -> Result<std::collections::BTreeMap<String, corun::Contention>> {
+    let mut rows = Vec::new();
+    for path in paths {
+        let these = corun::read(path)?;
+        if let Some(r) = these.iter().find(|r| r.device != device) {
+            bail!(
+                "--corun {}: measured on '{}', the dataset on '{device}'",
+                path.display(),
+                r.device
+            );
+        }
+        rows.extend(these);
+    }
+    let fit = corun::fit(&rows);
+    if fit.is_empty() {
+        bail!(
+            "--corun: {} configurations; the contention of an op kind needs {} of it at one \
+             thread count whose faster part takes at least {} ms",
+            rows.len(),
+            corun::MIN_CONFIGS,
+            corun::MIN_PART_MS
+        );
+    }
+    for (key, c) in &fit {
+        eprintln!(
+            "contention {key}: a split's overlapped time stretches by {:.1}% (median of {} \
+             configurations)",
+            100.0 * c.excess,
+            c.configs
+        );
+    }
+    Ok(fit)
 }
 
 /// The CPU rows of dataset `other` whose configurations `main` lacks; an error when `other`

@@ -171,3 +171,75 @@ fn profile_refuses_filters_that_leave_nothing_to_measure() {
     );
     assert!(!out.exists(), "nothing measured");
 }
+
+/// `tandem profile --corun` writes one co-run row per splittable configuration (its parts
+/// apart and side by side), resumes instead of measuring again, and refuses a file that is not
+/// a co-run dataset, naming it.
+#[test]
+fn profile_corun_measures_splits_side_by_side_and_resumes() {
+    use tandem_predictors::corun;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("c.csv");
+    let run = || {
+        tandem()
+            .args(["profile", "--corun", "--out"])
+            .arg(&out)
+            .args(["--ops", "conv,dwconv,linear", "--models", "none"])
+            .args(["--samples", "12", "--max-mflops", "4", "--seed", "5"])
+            .args([
+                "--reps",
+                "1",
+                "--target-ms",
+                "0",
+                "--rounds",
+                "1",
+                "--no-pin",
+            ])
+            .output()
+            .expect("runs")
+    };
+    let first = run();
+    let stdout = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let rows = corun::read(&out).expect("a co-run dataset");
+    assert!(rows.len() >= 6, "{} rows: {stdout}", rows.len());
+    for r in &rows {
+        assert!(0 < r.gpu_channels && r.gpu_channels < r.channels, "{r:?}");
+        assert_eq!(r.threads, 1);
+        for ms in [r.cpu_ms, r.gpu_ms, r.split_ms] {
+            assert!(ms > 0.0 && ms.is_finite(), "{r:?}");
+        }
+        assert!(r.excess().is_some_and(f64::is_finite), "{r:?}");
+    }
+    assert!(
+        stdout.contains(&format!(
+            "measured {} configurations side by side",
+            rows.len()
+        )),
+        "{stdout}"
+    );
+    let again = run();
+    let stdout = String::from_utf8_lossy(&again.stdout);
+    assert!(again.status.success());
+    assert!(
+        stdout.contains(&format!(
+            "measured 0 configurations side by side into {}; {} already there",
+            out.display(),
+            rows.len()
+        )),
+        "{stdout}"
+    );
+    assert_eq!(corun::read(&out).expect("read").len(), rows.len());
+    std::fs::write(&out, "config,device,ms\nx,y,1\n").expect("write");
+    let bad = run();
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(
+        stderr.contains("c.csv") && stderr.contains("tandem profile --corun"),
+        "{stderr}"
+    );
+}

@@ -212,3 +212,122 @@ fn drop_slow_joins_leaves_out_the_gpu_rows_of_slow_handoff_configurations_only()
         assert!(!dir.path().join("q.profile").exists());
     }
 }
+
+/// `tandem train --corun` gives the profile the median contention of every op kind with enough
+/// co-run configurations; a co-run dataset of another device, or one too small, is refused
+/// before any training.
+#[test]
+fn corun_datasets_give_the_profile_its_contention() {
+    use tandem_predictors::corun::{self, CorunRow, HEADER};
+    use tandem_predictors::features::OpKind;
+    let rows = dataset::read(&profiles().join("pocl-1core.fresh.csv.gz")).expect("shipped data");
+    let first: BTreeSet<&str> = rows
+        .iter()
+        .map(|r| r.config.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .take(120)
+        .collect();
+    let some: Vec<Row> = rows
+        .iter()
+        .filter(|r| first.contains(r.config.as_str()))
+        .cloned()
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("d.csv");
+    dataset::write(&data, &some).expect("write");
+    let sidecar = profiles().join("pocl-1core.device.json");
+    std::fs::copy(&sidecar, dir.path().join("d.device.json")).expect("sidecar");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&sidecar).expect("read")).expect("json");
+    let device: tandem_runtime::gpu::device::DeviceInfo =
+        serde_json::from_value(meta["device"].clone()).expect("device");
+    let row = |op: OpKind, i: usize, device: &str| CorunRow {
+        config: format!("{}:{i}", op.name()),
+        device: device.to_string(),
+        op,
+        channels: 64,
+        gpu_channels: 16,
+        threads: 1,
+        cpu_ms: 1.0,
+        gpu_ms: 0.5,
+        sync_ms: 0.0,
+        // Excess 0.02 · i of the faster part.
+        split_ms: 1.0 + 0.5 * 0.02 * i as f64,
+    };
+    let write = |name: &str, rows: &[CorunRow]| {
+        let path = dir.path().join(name);
+        let mut text = HEADER.join(",") + "\n";
+        for r in rows {
+            text += &format!(
+                "{},\"{}\",{},{},{},{},{},{},{},{}\n",
+                r.config,
+                r.device,
+                r.op.name(),
+                r.channels,
+                r.gpu_channels,
+                r.threads,
+                r.cpu_ms,
+                r.gpu_ms,
+                r.sync_ms,
+                r.split_ms
+            );
+        }
+        std::fs::write(&path, text).expect("write");
+        assert_eq!(corun::read(&path).expect("readable").len(), rows.len());
+        path
+    };
+    let label = device.label();
+    // Conv: 9 configurations, excess 0.00 … 0.16, median 0.08; dwconv: too few to state one.
+    let mut good: Vec<CorunRow> = (0..9).map(|i| row(OpKind::Conv, i, &label)).collect();
+    good.extend((0..3).map(|i| row(OpKind::Depthwise, i, &label)));
+    let good = write("good.csv", &good);
+    let foreign = write(
+        "foreign.csv",
+        &(0..9)
+            .map(|i| row(OpKind::Conv, i, "Other vendor other device"))
+            .collect::<Vec<_>>(),
+    );
+    let small = write(
+        "small.csv",
+        &(0..3)
+            .map(|i| row(OpKind::Conv, i, &label))
+            .collect::<Vec<_>>(),
+    );
+    let train = |corun: &Path, out: &str| {
+        tandem()
+            .arg("train")
+            .arg(&data)
+            .arg("-o")
+            .arg(dir.path().join(out))
+            .arg("--corun")
+            .arg(corun)
+            .output()
+            .expect("runs")
+    };
+    for (bad, says) in [(&foreign, "Other vendor"), (&small, "needs 8 of it")] {
+        let out = train(bad, "bad.profile");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{} accepted", bad.display());
+        assert!(
+            stderr.contains("--corun") && stderr.contains(says),
+            "{stderr}"
+        );
+        assert!(!dir.path().join("bad.profile").exists());
+    }
+    let out = train(&good, "p.profile");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let profile = tandem_predictors::Profile::load(&dir.path().join("p.profile")).expect("profile");
+    let conv = profile.contention["conv_t1"];
+    assert_eq!(conv.configs, 9);
+    assert!((conv.excess - 0.08).abs() < 1e-9, "{conv:?}");
+    assert_eq!(profile.contention.len(), 1, "{:?}", profile.contention);
+    assert_eq!(
+        profile.provenance.corun_datasets,
+        vec!["good.csv".to_string()]
+    );
+}

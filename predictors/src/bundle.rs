@@ -1,10 +1,12 @@
 //! A device profile: trained predictors for every executor of one device, with provenance.
 //!
-//! Stored as JSON (`*.profile`): `format` ([`FORMAT`]), `provenance`, `sync_ms`, and per executor
-//! its feature names and forest. Predictions are latencies in milliseconds:
+//! Stored as JSON (`*.profile`): `format` ([`FORMAT`]), `provenance`, `sync_ms`, per executor
+//! its feature names and forest, and optionally the contention of split steps per op kind
+//! ([`crate::corun`]). Predictions are latencies in milliseconds:
 //! `exp(forest(features))`, since the forests are trained on the log of the latency.
 
 use crate::calibrate::Calibration;
+use crate::corun::{self, Contention};
 use crate::features::{self, cpu_executor, Layer, OpKind};
 use crate::forest::{Baseline, Forest};
 use serde::{Deserialize, Serialize};
@@ -50,6 +52,9 @@ pub struct Provenance {
     /// Calibrations to a later state of the device (`tandem calibrate`), oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calibrations: Vec<Calibration>,
+    /// The co-run datasets the contention was fitted on (`tandem train --corun`), by file name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub corun_datasets: Vec<String>,
 }
 
 /// One executor's predictor.
@@ -102,6 +107,11 @@ pub struct Profile {
     /// Median join overhead of the polling protocol, milliseconds.
     pub sync_ms: f64,
     pub executors: BTreeMap<String, Executor>,
+    /// Contention of split steps per op kind and thread count (`conv_t1`, …; `tandem train
+    /// --corun`, [`crate::corun`]). Empty in profiles trained without it, whose sweeps charge
+    /// none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub contention: BTreeMap<String, Contention>,
 }
 
 /// Why a profile could not be used.
@@ -121,7 +131,9 @@ pub struct Candidate {
     pub gpu_ms: f64,
     /// Predicted CPU latency of `[0, C − g)` (0 when `g = C`), ms.
     pub cpu_ms: f64,
-    /// `max(cpu, gpu)` plus the sync overhead when both run, ms.
+    /// When both run: `max(cpu, gpu) + excess · min(cpu, gpu) + sync`, the excess the
+    /// profile's contention for the layer's op kind and thread count (0 without one);
+    /// otherwise the one side's latency. ms.
     pub total_ms: f64,
 }
 
@@ -183,6 +195,14 @@ impl Profile {
         if !p.sync_ms.is_finite() || p.sync_ms < 0.0 {
             return Err(format!("field 'sync_ms': {} is not a latency", p.sync_ms));
         }
+        for (key, c) in &p.contention {
+            if !(c.excess.is_finite() && c.excess >= 0.0) {
+                return Err(format!(
+                    "contention.{key}.excess: {} is not a non-negative share",
+                    c.excess
+                ));
+            }
+        }
         Ok(p)
     }
 
@@ -210,6 +230,14 @@ impl Profile {
         self.executors
             .get(name)
             .ok_or_else(|| ProfileError::NoExecutor(name.to_string()))
+    }
+
+    /// The contention excess of a split of an `op` layer with `threads` CPU threads: the
+    /// fitted share ([`crate::corun::fit`]), 0 when the profile has none for it.
+    pub fn contention_excess(&self, op: OpKind, threads: usize) -> f64 {
+        self.contention
+            .get(&corun::key(op, threads))
+            .map_or(0.0, |c| c.excess)
     }
 
     /// Predicted latency (ms) of one executor for a feature row.
@@ -284,17 +312,23 @@ impl Profile {
                 gpu_ms[i] = ms;
             }
         }
+        let excess = self.contention_excess(layer.op, threads);
         let out = counts
             .iter()
             .enumerate()
             .map(|(i, &g)| {
                 let cpu_ms = if g < c { cpu_ms[i] } else { 0.0 };
-                let sync = if g > 0 && g < c { self.sync_ms } else { 0.0 };
+                let both = g > 0 && g < c;
+                let extra = if both {
+                    excess * gpu_ms[i].min(cpu_ms) + self.sync_ms
+                } else {
+                    0.0
+                };
                 Candidate {
                     gpu_channels: g,
                     gpu_ms: gpu_ms[i],
                     cpu_ms,
-                    total_ms: gpu_ms[i].max(cpu_ms) + sync,
+                    total_ms: gpu_ms[i].max(cpu_ms) + extra,
                 }
             })
             .collect();

@@ -135,7 +135,7 @@ pub fn config_key(layer: &Layer) -> String {
     )
 }
 
-fn quote(field: &str) -> String {
+pub(crate) fn quote(field: &str) -> String {
     if field.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", field.replace('"', "\"\""))
     } else {
@@ -197,7 +197,7 @@ impl Row {
 }
 
 /// Splits one CSV line into fields (quoted fields may hold commas and doubled quotes).
-fn split_fields(line: &str) -> Result<Vec<String>, String> {
+pub(crate) fn split_fields(line: &str) -> Result<Vec<String>, String> {
     let mut fields = Vec::new();
     let mut cur = String::new();
     let mut chars = line.chars().peekable();
@@ -343,24 +343,28 @@ fn parse_row(fields: &[String], columns: usize) -> Result<Row, String> {
 
 /// Reads a dataset (plain CSV, or gzip-compressed when the name ends in `.gz`).
 pub fn read(path: &Path) -> Result<Vec<Row>, DatasetError> {
+    parse(&read_text(path)?, path)
+}
+
+/// The text of a file, decompressed when its name ends in `.gz`.
+pub(crate) fn read_text(path: &Path) -> Result<String, DatasetError> {
     let io = |source| DatasetError::Io {
         path: path.to_path_buf(),
         source,
     };
     let bytes = std::fs::read(path).map_err(io)?;
-    let text = if path.extension().is_some_and(|e| e == "gz") {
+    if path.extension().is_some_and(|e| e == "gz") {
         let mut out = String::new();
         std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut out)
             .map_err(io)?;
-        out
+        Ok(out)
     } else {
         String::from_utf8(bytes).map_err(|e| DatasetError::Parse {
             path: path.to_path_buf(),
             line: 0,
             message: format!("not UTF-8 text: {e}"),
-        })?
-    };
-    parse(&text, path)
+        })
+    }
 }
 
 /// Parses dataset text; `path` is for messages.

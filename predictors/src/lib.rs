@@ -10,9 +10,11 @@
 //! - [`bundle`]: the device profile ([`Profile`]): load, predict, sweep every split of a layer.
 //! - [`eval`]: MAPE and ±10% share per executor on any dataset.
 //! - [`calibrate`]: per-executor factors that bring a profile to the device's speed today.
+//! - [`corun`]: the contention of split steps (both sides at once), measured and fitted.
 
 pub mod bundle;
 pub mod calibrate;
+pub mod corun;
 pub mod dataset;
 pub mod eval;
 pub mod features;

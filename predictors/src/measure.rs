@@ -405,6 +405,8 @@ struct Gates {
 pub enum ProfileRunError {
     #[error(transparent)]
     Dataset(#[from] DatasetError),
+    #[error(transparent)]
+    Corun(#[from] crate::corun::CorunError),
     #[error("measuring {config}: {source}")]
     Gpu { config: String, source: GpuError },
     #[error("{path} holds measurements of another device ({found}); this one is {this}: use another file")]
@@ -641,7 +643,8 @@ pub fn run(
     Ok(summary)
 }
 
-fn fnv(s: &str) -> u64 {
+/// FNV-1a of `s`: a seed per configuration.
+pub(crate) fn fnv(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.bytes() {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);

@@ -479,6 +479,7 @@ pub fn train(
             setting: meta.setting,
             date: crate::bundle::today(),
             calibrations: Vec::new(),
+            corun_datasets: Vec::new(),
             tandem_version: format!("tandem {}", env!("CARGO_PKG_VERSION")),
             dataset: dataset_name.to_string(),
             samples: rows.len(),
@@ -487,6 +488,7 @@ pub fn train(
         },
         sync_ms,
         executors,
+        contention: BTreeMap::new(),
     };
     let report = Report {
         dataset: dataset_name.to_string(),

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use tandem_predictors::bundle::{split_step, Profile, MAX_SWEEP_STEPS};
+use tandem_predictors::corun;
 use tandem_predictors::dataset::{self, config_key, DispatchRecord, Row};
 use tandem_predictors::eval::{evaluate, to_json};
 use tandem_predictors::features::{self, cpu_executor, gpu_features, record, Layer, OpKind};
@@ -397,6 +398,45 @@ fn training_evaluation_and_profile_files() {
             assert_eq!(c.cpu_ms, want);
         }
     }
+
+    // With a contention for the layer's op kind and thread count, every split pays its
+    // overlapped time's stretch on top; single-device candidates, other op kinds and other
+    // thread counts do not. It survives saving and loading; a negative one is refused.
+    let mut contended = back.clone();
+    contended.contention.insert(
+        corun::key(OpKind::Conv, 1),
+        corun::Contention {
+            excess: 0.25,
+            configs: 9,
+        },
+    );
+    let cpath = dir.path().join("contended.profile");
+    contended.save(&cpath).expect("save");
+    let contended = Profile::load(&cpath).expect("load");
+    assert_eq!(contended.contention_excess(OpKind::Conv, 1), 0.25);
+    assert_eq!(contended.contention_excess(OpKind::Conv, 2), 0.0);
+    assert_eq!(contended.contention_excess(OpKind::Depthwise, 1), 0.0);
+    let with = contended.sweep(l, 1).expect("sweep");
+    assert_eq!(with.len(), sweep.len());
+    let mut charged = 0;
+    for (a, b) in sweep.iter().zip(&with) {
+        let both = a.gpu_channels > 0 && a.gpu_channels < l.cout;
+        let extra = if both {
+            0.25 * a.gpu_ms.min(a.cpu_ms)
+        } else {
+            0.0
+        };
+        assert!(
+            (b.total_ms - a.total_ms - extra).abs() < 1e-12,
+            "{a:?} {b:?}"
+        );
+        charged += usize::from(extra > 0.0);
+    }
+    assert!(charged > 0, "no split was charged");
+    let text = std::fs::read_to_string(&cpath).expect("read");
+    std::fs::write(&cpath, text.replace("\"excess\":0.25", "\"excess\":-0.25")).expect("write");
+    let e = Profile::load(&cpath).expect_err("negative").to_string();
+    assert!(e.contains("contention.conv_t1.excess"), "{e}");
 
     // A profile whose features another tandem computed (an older feature name) is refused,
     // naming the executor's features and asking for a new training.

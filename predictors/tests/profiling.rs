@@ -288,3 +288,56 @@ fn gpu_parts_time_from_an_awake_or_an_idle_queue() {
     let join = bench.sync(&awake).expect("a join after both timings");
     assert!(join.median_ms > 0.0);
 }
+
+/// A split timed as a session runs it writes every output channel, the CPU's `[0, C − g)` and
+/// the GPU's `[C − g, C)`, equal to the CPU alone; a split with no channel on one side is
+/// refused.
+#[test]
+fn a_split_runs_both_parts_side_by_side() {
+    let mut profiler = match Profiler::open(false) {
+        Ok(p) => p,
+        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
+    };
+    let once = MeasureOptions {
+        warmup: 0,
+        min_reps: 1,
+        max_reps: 1,
+        target_ms: 0.0,
+        deadline: Duration::from_secs(60),
+        gpu_from_idle: false,
+    };
+    let layers = small_layers();
+    let mut checked = 0;
+    for layer in layers.iter().filter(|l| l.cout >= 16) {
+        let op = layer.to_op();
+        let c = layer.cout;
+        let g = c / 2 / 8 * 8;
+        if g == 0 {
+            continue;
+        }
+        let mut bench = profiler.layer(&op, &[g], 1).expect("bench");
+        bench.cpu(c, 1, &once);
+        let expected = bench.output().to_vec();
+        bench.output().fill(f32::NAN);
+        let t = bench.split(g, 1, &once).expect("split");
+        assert!(t.median_ms > 0.0 && t.median_ms.is_finite(), "{t:?}");
+        let got = bench.output().to_vec();
+        for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "{:?} {g} of {c} GPU channels: output {i} (channel {}) is {a}, expected {b}",
+                layer.op,
+                i % c
+            );
+        }
+        for bad in [0, c] {
+            let err = bench.split(bad, 1, &once).expect_err("not a split");
+            assert!(err.to_string().contains("needs 0 < GPU channels"), "{err}");
+        }
+        checked += 1;
+    }
+    assert!(
+        checked >= 2,
+        "only {checked} layers with 16+ channels were drawn"
+    );
+}

@@ -592,6 +592,30 @@ impl Layout {
     }
 }
 
+/// Runs output channels `[0, c)` of a placed layer on the CPU kernels with `pool`.
+fn run_cpu_part(arena: &mut Arena, layer: &Placed, c: usize, pool: &ThreadPool) {
+    let op = &layer.op;
+    let c = c.min(op.channels());
+    let in_len: usize = op.input_shape().iter().product();
+    let out_len: usize = op.output_shape().iter().product();
+    let base = arena.ptr();
+    // SAFETY: a placed layer's input [in_offset, in_offset + in_len) and output
+    // [out_offset, out_offset + out_len) are disjoint ranges of the arena (the output starts
+    // past the input, 64-byte aligned); `arena` is borrowed mutably for the call.
+    let (input, out) = unsafe {
+        (
+            std::slice::from_raw_parts(base.add(layer.in_offset), in_len),
+            std::slice::from_raw_parts_mut(base.add(layer.out_offset), out_len),
+        )
+    };
+    let (w, b) = (&layer.cpu_weights, Some(layer.bias.as_slice()));
+    match op {
+        LayerOp::Conv(p) => conv2d(input, w, b, out, p, 0, c, pool),
+        LayerOp::Depthwise(p) => depthwise_conv2d(input, w, b, out, p, 0, c, pool),
+        LayerOp::Linear(p) => fully_connected(input, w, b, out, p, 0, c, pool),
+    }
+}
+
 fn deadline_error(deadline: Duration, waiting: &str) -> GpuError {
     GpuError::Deadline {
         deadline_ms: deadline.as_millis() as u64,
@@ -791,35 +815,92 @@ impl LayerBench<'_> {
         threads: usize,
         options: &MeasureOptions,
     ) -> Timing {
-        let op = &layer.op;
-        let c = c.min(op.channels());
-        let in_len: usize = op.input_shape().iter().product();
-        let out_len: usize = op.output_shape().iter().product();
-        let base = arena.ptr();
-        // SAFETY: a placed layer's input [in_offset, in_offset + in_len) and output
-        // [out_offset, out_offset + out_len) are disjoint ranges of the arena (the output
-        // starts past the input, 64-byte aligned).
-        let (input, out) = unsafe {
-            (
-                std::slice::from_raw_parts(base.add(layer.in_offset), in_len),
-                std::slice::from_raw_parts_mut(base.add(layer.out_offset), out_len),
-            )
-        };
-        let (w, b) = (&layer.cpu_weights, Some(layer.bias.as_slice()));
         let pool = profiler.pool(threads);
         let r: Result<Timing, std::convert::Infallible> = measure(options, || {
             let start = Instant::now();
-            match op {
-                LayerOp::Conv(p) => conv2d(input, w, b, out, p, 0, c, pool),
-                LayerOp::Depthwise(p) => depthwise_conv2d(input, w, b, out, p, 0, c, pool),
-                LayerOp::Linear(p) => fully_connected(input, w, b, out, p, 0, c, pool),
-            }
+            run_cpu_part(arena, layer, c, pool);
             Ok(start.elapsed().as_secs_f64() * 1e3)
         });
         match r {
             Ok(t) => t,
             Err(never) => match never {},
         }
+    }
+
+    /// Times the layer split as a session runs a split step: output channels `[C − g, C)` on
+    /// the GPU and `[0, C − g)` on the CPU with `threads` threads at the same time. The clock
+    /// runs from the CPU's flag that releases the awake GPU queue (as in [`LayerBench::gpu`])
+    /// to the GPU's signal after its part, seen once the CPU has finished its own: the two
+    /// parts side by side, sharing the caches and the memory bus, and the join. `0 < g < C`;
+    /// `g` as in [`LayerBench::gpu`].
+    pub fn split(
+        &mut self,
+        g: usize,
+        threads: usize,
+        options: &MeasureOptions,
+    ) -> Result<Timing, GpuError> {
+        let c = self.main.op.channels();
+        if g == 0 || g >= c {
+            return Err(GpuError::Mismatch(format!(
+                "a split of {c} channels needs 0 < GPU channels < {c}, not {g}"
+            )));
+        }
+        let range = c - g..c;
+        let step = self.main_step(g)?;
+        let (profiler, artifact, layer) = (&mut *self.profiler, &self.artifact, &self.main);
+        let gpu_arena = ArenaMem::Svm(self.arena.ptr().cast());
+        let arena = &mut self.arena;
+        profiler.pool(threads);
+        measure(options, || {
+            let (ready, done) = (profiler.next_epoch(), profiler.next_epoch());
+            let deadline = options.deadline;
+            let backend = profiler
+                .backend
+                .as_mut()
+                .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
+            let flags = &profiler.flags;
+            backend.signal(flags, GPU_DONE, ready)?;
+            backend.wait(flags, CPU_DONE, ready, i32::MAX)?;
+            backend.enqueue_step(artifact, &artifact.steps[step], range.clone(), gpu_arena)?;
+            backend.signal(flags, GPU_DONE, done)?;
+            flush(backend)?;
+            await_gpu(
+                flags,
+                ready,
+                deadline,
+                "the GPU queue reaching a split layer",
+            )?;
+            let pool = &profiler.pools[&threads];
+            let start = Instant::now();
+            flags.word(CPU_DONE).store(ready, Ordering::Release);
+            run_cpu_part(arena, layer, c - g, pool);
+            await_gpu(flags, done, deadline, "the GPU part of a split layer")?;
+            Ok(start.elapsed().as_secs_f64() * 1e3)
+        })
+    }
+
+    /// The main layer's output in the arena, as the last timed run left it (for checks: fill
+    /// it, time a part, and see which channels the part wrote).
+    pub fn output(&mut self) -> &mut [f32] {
+        let len: usize = self.main.op.output_shape().iter().product();
+        self.arena.slice(self.main.out_offset, len)
+    }
+
+    /// The step of the main layer's GPU variant for `g` GPU channels.
+    fn main_step(&self, g: usize) -> Result<usize, GpuError> {
+        let c = self.main.op.channels();
+        let d = decide(&self.main.op.kernel(), c - g.min(c)..c, &self.profiler.info);
+        self.main
+            .by_variant
+            .get(&d.variant)
+            .copied()
+            .ok_or_else(|| {
+                GpuError::Mismatch(format!(
+                    "{} GPU channels dispatch to {}, which this layer was not prepared for",
+                    g,
+                    d.variant.name()
+                ))
+            })
     }
 
     /// One join of the polling protocol ([`Profiler::sync`]).

@@ -6,9 +6,9 @@
 //! after the sessions' first runs, since PoCL may start threads per context).
 //!
 //! Per layer: random conv and linear layers drawn with a seed the training data never used
-//! (held out by construction); each candidate split's GPU part and CPU part measured apart by
-//! the runtime's profiler (cost `max + sync`, as the planner scores a split), on the same grid
-//! the predictor sweeps (multiples of the GPU kernel's vector width). Speedups are over the
+//! (held out by construction); each candidate split timed by the runtime's profiler as a
+//! session runs it, both parts side by side with the join (`planner::Measured`), on the same
+//! grid the predictor sweeps (multiples of the GPU kernel's vector width). Speedups are over the
 //! better of CPU only and GPU only, measured the same way.
 //!
 //! End to end: each model compiled CPU only, GPU only, with the predicted plan and with the
@@ -547,8 +547,8 @@ pub fn bench_coexec(
          ### Per layer (held-out random layers)\n\n\
          {} random conv and {} random linear layers drawn with a seed the profile's dataset never \
          used. Every candidate split (multiples of the GPU kernel's vector width, 0 and C) is \
-         measured by the runtime's profiler — the GPU part and the CPU part apart, cost \
-         `max(cpu, gpu) + sync` as the planner scores a split (sync measured: {:.1} µs); each \
+         measured by the runtime's profiler as a session runs it: both parts side by side, the \
+         join included (the join alone: {:.1} µs); a single device alone; each \
          the median of {} passes over the layer's candidates. \
          *Predicted*: the split the profile picks, at its measured cost; *grid*: the best measured \
          split (the papers' grid search). Speedups over the better single device.\n\n\
