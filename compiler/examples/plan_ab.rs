@@ -1,12 +1,13 @@
-//! Two device profiles' plans of one model, end to end on this machine: the model compiled CPU
-//! only and planned with each profile, run in interleaved rounds (median), outputs compared.
-//! For changes to a profile that the per-layer figures cannot judge alone (the contention of
-//! split steps, a retrained predictor).
+//! Plans of one model, end to end on this machine: the model compiled CPU only and planned with
+//! each device profile given (or loaded from each compiled `.tandem` artifact given, e.g. a
+//! hand-made `--split` plan), run in interleaved rounds (median), outputs compared. For changes
+//! that the per-layer figures cannot judge alone (the contention of split steps, a retrained
+//! predictor, which split steps cost a session more than they gain).
 //!
-//! `cargo run --release --example plan_ab -- MODEL.tflite A.profile B.profile [ROUNDS]`
-//! prints the split steps of each plan, the predicted and measured latencies and the speedups
-//! over the CPU alone. One-core-each setting of `cargo xtask bench coexec`; ROUNDS defaults
-//! to 41.
+//! `cargo run --release --example plan_ab -- MODEL.tflite PLAN… [--rounds N]`, each PLAN a
+//! `.profile` or a `.tandem` file, prints the split steps of each profile's plan, the measured
+//! latencies and the speedups over the CPU alone. One-core-each setting of `cargo xtask bench
+//! coexec`; 41 rounds unless `--rounds` says otherwise.
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,18 +20,23 @@ use tandem_runtime::rng::Rng;
 use tandem_runtime::session::{Model, Session, SessionOptions};
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [model, a, b, rest @ ..] = args.as_slice() else {
-        bail!("usage: plan_ab MODEL.tflite A.profile B.profile [ROUNDS]");
-    };
-    let rounds: usize = match rest.first() {
-        Some(r) => r
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut rounds = 41;
+    if let Some(at) = args.iter().position(|a| a == "--rounds") {
+        let r = args.get(at + 1).context("--rounds needs a count")?;
+        rounds = r
             .parse()
             .ok()
-            .filter(|&r| r > 0)
-            .with_context(|| format!("ROUNDS must be a positive integer, not '{r}'"))?,
-        None => 41,
+            .filter(|&r: &usize| r > 0)
+            .with_context(|| format!("--rounds must be a positive integer, not '{r}'"))?;
+        args.drain(at..at + 2);
+    }
+    let [model, plans @ ..] = args.as_slice() else {
+        bail!("usage: plan_ab MODEL.tflite PLAN.profile|PLAN.tandem… [--rounds N]");
     };
+    if plans.is_empty() {
+        bail!("usage: plan_ab MODEL.tflite PLAN.profile|PLAN.tandem… [--rounds N]");
+    }
     let path = PathBuf::from(model);
     // SAFETY: no other thread exists yet; OpenCL has not started.
     unsafe { tandem_runtime::profile::limit_pocl_threads() };
@@ -40,7 +46,15 @@ fn main() -> Result<()> {
     let base = CompileOptions::cpu(1, "");
     let mut models = vec![Model::from_artifact(compile_file(&path, &base)?)];
     let mut names = vec!["CPU only".to_string()];
-    for profile in [a, b] {
+    for plan in plans {
+        if plan.ends_with(".tandem") {
+            let model = Model::load_file(std::path::Path::new(plan))
+                .with_context(|| format!("loading {plan}"))?;
+            models.push(model);
+            names.push(plan.clone());
+            continue;
+        }
+        let profile = plan;
         let planned = compile_planned(
             &path,
             &base,
@@ -52,7 +66,10 @@ fn main() -> Result<()> {
             .rows
             .iter()
             .filter(|r| r.device == "split")
-            .map(|r| format!("{}={}", r.step, r.gpu_channels))
+            .map(|r| {
+                let node = r.name.rsplit('#').next().unwrap_or(&r.name);
+                format!("#{node}={}", r.gpu_channels)
+            })
             .collect();
         println!(
             "{profile}: predicted {:.3} ms (CPU only {:.3} ms), {} split steps: {}",

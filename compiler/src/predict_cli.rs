@@ -578,11 +578,21 @@ fn contention_of(
         );
     }
     for (key, c) in &fit {
+        let bins: Vec<String> = c
+            .by_intensity
+            .iter()
+            .map(|b| format!("from {}: {:.1}% ({})", b.from, 100.0 * b.excess, b.configs))
+            .collect();
         eprintln!(
             "contention {key}: a split's overlapped time stretches by {:.1}% (median of {} \
-             configurations)",
+             configurations); by FLOPs per byte, {}",
             100.0 * c.excess,
-            c.configs
+            c.configs,
+            if bins.is_empty() {
+                "no bin with enough configurations".to_string()
+            } else {
+                bins.join(", ")
+            }
         );
     }
     Ok(fit)

@@ -243,7 +243,14 @@ fn corun_datasets_give_the_profile_its_contention() {
     let device: tandem_runtime::gpu::device::DeviceInfo =
         serde_json::from_value(meta["device"].clone()).expect("device");
     let row = |op: OpKind, i: usize, device: &str| CorunRow {
-        config: format!("{}:{i}", op.name()),
+        config: format!("{}:1x{}x8x16:{}x8x64:k3x3:s1:p1x1", op.name(), 8 + i, 8 + i),
+        layer: tandem_predictors::dataset::layer_of_key(&format!(
+            "{}:1x{}x8x16:{}x8x64:k3x3:s1:p1x1",
+            op.name(),
+            8 + i,
+            8 + i
+        ))
+        .expect("a key"),
         device: device.to_string(),
         op,
         channels: 64,
@@ -322,7 +329,7 @@ fn corun_datasets_give_the_profile_its_contention() {
         String::from_utf8_lossy(&out.stderr)
     );
     let profile = tandem_predictors::Profile::load(&dir.path().join("p.profile")).expect("profile");
-    let conv = profile.contention["conv_t1"];
+    let conv = &profile.contention["conv_t1"];
     assert_eq!(conv.configs, 9);
     assert!((conv.excess - 0.08).abs() < 1e-9, "{conv:?}");
     assert_eq!(profile.contention.len(), 1, "{:?}", profile.contention);

@@ -196,12 +196,7 @@ impl Profile {
             return Err(format!("field 'sync_ms': {} is not a latency", p.sync_ms));
         }
         for (key, c) in &p.contention {
-            if !(c.excess.is_finite() && c.excess >= 0.0) {
-                return Err(format!(
-                    "contention.{key}.excess: {} is not a non-negative share",
-                    c.excess
-                ));
-            }
+            c.check().map_err(|m| format!("contention.{key}: {m}"))?;
         }
         Ok(p)
     }
@@ -232,12 +227,13 @@ impl Profile {
             .ok_or_else(|| ProfileError::NoExecutor(name.to_string()))
     }
 
-    /// The contention excess of a split of an `op` layer with `threads` CPU threads: the
-    /// fitted share ([`crate::corun::fit`]), 0 when the profile has none for it.
-    pub fn contention_excess(&self, op: OpKind, threads: usize) -> f64 {
+    /// The contention excess of a split of `layer` with `threads` CPU threads: the fitted
+    /// share of its op kind and arithmetic intensity ([`crate::corun::fit`]), 0 when the
+    /// profile has none for its op kind.
+    pub fn contention_excess(&self, layer: &Layer, threads: usize) -> f64 {
         self.contention
-            .get(&corun::key(op, threads))
-            .map_or(0.0, |c| c.excess)
+            .get(&corun::key(layer.op, threads))
+            .map_or(0.0, |c| c.excess_at(corun::intensity(layer)))
     }
 
     /// Predicted latency (ms) of one executor for a feature row.
@@ -312,7 +308,7 @@ impl Profile {
                 gpu_ms[i] = ms;
             }
         }
-        let excess = self.contention_excess(layer.op, threads);
+        let excess = self.contention_excess(layer, threads);
         let out = counts
             .iter()
             .enumerate()

@@ -12,15 +12,22 @@
 //!   round medians; the join once. One [`CorunRow`] per configuration and thread count.
 //! - [`fit`] (`tandem train --corun`): per op kind and thread count, the median over its
 //!   configurations of the excess `(split − max(cpu, gpu) − sync) / min(cpu, gpu)`: by how much
-//!   the time both sides run stretches. Splits whose faster part is under [`MIN_PART_MS`] are
-//!   left out: their excess is a few µs of timing noise over a small part (on the Intel Xeon
-//!   host their median was −0.25 to −0.44, against +0.01 to +0.08 above it). Negative medians
-//!   count as 0. The profile stores it
-//!   ([`crate::Profile::contention`]) and its sweep charges a split `max + excess · min + sync`.
+//!   the time both sides run stretches; and the same median per bin of the layer's arithmetic
+//!   intensity ([`intensity`], FLOPs per byte of activations and weights; bins from
+//!   [`INTENSITY_EDGES`]). The contention is the memory traffic of the two sides meeting: on the
+//!   Intel Xeon host convolutions of 4–8 FLOPs per byte (a 1x1 convolution of 16 channels on
+//!   112x112) stretched by 28%, those of 64 and more by 1%. Splits whose faster part is under
+//!   [`MIN_PART_MS`] are left out: their excess is a few µs of timing noise over a small part
+//!   (there, a median of −0.25 to −0.44, against +0.01 to +0.09 above it). A bin needs
+//!   [`MIN_CONFIGS`] configurations; negative medians count as 0. The profile stores it
+//!   ([`crate::Profile::contention`]) and its sweep charges a split
+//!   `max + excess · min + sync`, the excess of the layer's bin (the op kind's without one).
 
-use crate::dataset::{config_key, quote, split_fields, DatasetError};
+use crate::dataset::{config_key, layer_of_key, quote, split_fields, DatasetError};
 use crate::features::{Layer, OpKind};
-use crate::measure::{fnv, Plan, ProfileRunError, Progress};
+use crate::measure::{
+    cost, fnv, progress_before, working_set_bytes, Plan, ProfileRunError, Progress,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -54,11 +61,31 @@ pub const MIN_CONFIGS: usize = 8;
 /// The shortest faster part, ms, of a split that [`fit`] takes.
 pub const MIN_PART_MS: f64 = 0.05;
 
+/// Lower edges of the arithmetic-intensity bins of [`fit`], FLOPs per byte: powers of two.
+pub const INTENSITY_EDGES: [f64; 7] = [0.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
+/// A layer's arithmetic intensity: its FLOPs per byte of input and output activations and
+/// weights (`measure::working_set_bytes`).
+pub fn intensity(layer: &Layer) -> f64 {
+    cost(layer).0 / working_set_bytes(layer).max(1) as f64
+}
+
+/// The lower edge of the [`INTENSITY_EDGES`] bin of `intensity`.
+fn intensity_bin(intensity: f64) -> f64 {
+    INTENSITY_EDGES
+        .iter()
+        .copied()
+        .rfind(|&e| intensity >= e)
+        .unwrap_or(0.0)
+}
+
 /// One split measured apart and side by side (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CorunRow {
     /// The configuration key (`dataset::config_key`: op kind and geometry).
     pub config: String,
+    /// The layer the key names.
+    pub layer: Layer,
     pub device: String,
     pub op: OpKind,
     pub channels: usize,
@@ -144,8 +171,17 @@ pub fn read(path: &Path) -> Result<Vec<CorunRow>, CorunError> {
                 .ok_or_else(|| at(format!("{} '{}' is not a latency", HEADER[k], f[k])))
         };
         let op = OpKind::parse(&f[2]).ok_or_else(|| at(format!("unknown op '{}'", f[2])))?;
+        let layer = layer_of_key(&f[0])
+            .filter(|l| l.op == op && l.cout == count(3).unwrap_or(0))
+            .ok_or_else(|| {
+                at(format!(
+                    "config '{}' is not a {} layer of {} channels",
+                    f[0], f[2], f[3]
+                ))
+            })?;
         let row = CorunRow {
             config: f[0].clone(),
+            layer,
             device: f[1].clone(),
             op,
             channels: count(3)?,
@@ -168,13 +204,58 @@ pub fn read(path: &Path) -> Result<Vec<CorunRow>, CorunError> {
 }
 
 /// The contention of one op kind at one thread count (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Contention {
     /// Median excess over the configurations: the share by which the time both sides run
     /// stretches (0 or more).
     pub excess: f64,
     /// Configurations it is the median of.
     pub configs: usize,
+    /// The same per arithmetic-intensity bin with enough configurations, by lower edge.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_intensity: Vec<IntensityBin>,
+}
+
+/// The contention of the layers of one arithmetic-intensity bin.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct IntensityBin {
+    /// The bin's lower edge (one of [`INTENSITY_EDGES`]), FLOPs per byte.
+    pub from: f64,
+    pub excess: f64,
+    pub configs: usize,
+}
+
+impl Contention {
+    /// The excess of a layer of arithmetic intensity `intensity`: its bin's, or the op kind's
+    /// when the bin had too few configurations.
+    pub fn excess_at(&self, intensity: f64) -> f64 {
+        let from = intensity_bin(intensity);
+        self.by_intensity
+            .iter()
+            .find(|b| b.from == from)
+            .map_or(self.excess, |b| b.excess)
+    }
+
+    /// Why a stored contention is unusable, if it is.
+    pub fn check(&self) -> Result<(), String> {
+        let share = |v: f64| v.is_finite() && v >= 0.0;
+        if !share(self.excess) {
+            return Err(format!(
+                "excess {} is not a non-negative share",
+                self.excess
+            ));
+        }
+        for b in &self.by_intensity {
+            if !share(b.excess) || !INTENSITY_EDGES.contains(&b.from) {
+                return Err(format!(
+                    "by_intensity: bin from {} with excess {} (bins start at {:?}; shares are \
+                     non-negative)",
+                    b.from, b.excess, INTENSITY_EDGES
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The key of an op kind at a thread count in [`fit`]'s map: `conv_t1`, `dwconv_t2`, ….
@@ -186,22 +267,46 @@ pub fn key(op: OpKind, threads: usize) -> String {
 /// part takes [`MIN_PART_MS`] or more, their median excess (negative medians count as 0: side
 /// by side is never faster than apart).
 pub fn fit(rows: &[CorunRow]) -> BTreeMap<String, Contention> {
-    let mut by_key: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    // Per key: (intensity bin, excess) of every usable split.
+    let mut by_key: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for r in rows
         .iter()
         .filter(|r| r.cpu_ms.min(r.gpu_ms) >= MIN_PART_MS)
     {
         if let Some(e) = r.excess() {
-            by_key.entry(key(r.op, r.threads)).or_default().push(e);
+            let bin = intensity_bin(intensity(&r.layer));
+            by_key
+                .entry(key(r.op, r.threads))
+                .or_default()
+                .push((bin, e));
         }
     }
     by_key
         .into_iter()
         .filter(|(_, v)| v.len() >= MIN_CONFIGS)
-        .map(|(k, mut v)| {
-            let configs = v.len();
-            let excess = median(&mut v).max(0.0);
-            (k, Contention { excess, configs })
+        .map(|(k, v)| {
+            let mut all: Vec<f64> = v.iter().map(|&(_, e)| e).collect();
+            let by_intensity = INTENSITY_EDGES
+                .iter()
+                .filter_map(|&from| {
+                    let mut these: Vec<f64> = v
+                        .iter()
+                        .filter(|&&(b, _)| b == from)
+                        .map(|&(_, e)| e)
+                        .collect();
+                    (these.len() >= MIN_CONFIGS).then(|| IntensityBin {
+                        from,
+                        configs: these.len(),
+                        excess: median(&mut these).max(0.0),
+                    })
+                })
+                .collect();
+            let contention = Contention {
+                configs: all.len(),
+                excess: median(&mut all).max(0.0),
+                by_intensity,
+            };
+            (k, contention)
         })
         .collect()
 }
@@ -271,29 +376,13 @@ pub fn measure(
         ..options
     };
     for (i, layer) in todo.iter().enumerate() {
-        let elapsed = start.elapsed();
-        if plan.budget.is_some_and(|b| elapsed >= b) {
+        let key = config_key(layer);
+        let Some(line) = progress_before(start, i, todo.len(), plan.budget, summary.skipped, &key)
+        else {
             summary.out_of_budget = todo.len() - i;
             break;
-        }
-        let key = config_key(layer);
-        let per = if i > 0 {
-            elapsed / i as u32
-        } else {
-            Duration::ZERO
         };
-        let mut eta = per * (todo.len() - i) as u32;
-        if let Some(b) = plan.budget {
-            eta = eta.min(b.saturating_sub(elapsed));
-        }
-        progress(&Progress {
-            done: summary.skipped + i,
-            total: configs.len(),
-            skipped: summary.skipped,
-            elapsed,
-            eta,
-            current: key.clone(),
-        });
+        progress(&line);
         let op = layer.to_op();
         let c = layer.cout;
         let width = vector_width(op.gpu_op());
@@ -320,6 +409,7 @@ pub fn measure(
             }
             let row = CorunRow {
                 config: key.clone(),
+                layer: (*layer).clone(),
                 device: device.clone(),
                 op: layer.op,
                 channels: c,
@@ -350,14 +440,23 @@ pub fn measure(
 mod tests {
     use super::*;
 
-    fn row(op: OpKind, cpu: f64, gpu: f64, split: f64) -> CorunRow {
+    /// A 1x1 convolution of 16 channels on 112x112 (about 7 FLOPs per byte), a 3x3 one of 256
+    /// channels on 14x14 (about 84), a depthwise and a fully-connected layer.
+    const LOW: &str = "conv:1x112x112x16:112x112x96:k1x1:s1:p0x0";
+    const HIGH: &str = "conv:1x14x14x256:14x14x256:k3x3:s1:p1x1";
+    const DEPTHWISE: &str = "dwconv:1x56x56x144:56x56x144:k3x3:s1:p1x1";
+    const LINEAR: &str = "linear:1x70x1x1375:70x1x1592:k1x1:s1:p0x0";
+
+    fn row(key: &str, cpu: f64, gpu: f64, split: f64) -> CorunRow {
+        let layer = layer_of_key(key).expect("a configuration key");
         CorunRow {
-            config: format!("{}:{cpu}:{gpu}:{split}", op.name()),
-            device: "dev".into(),
-            op,
-            channels: 64,
-            gpu_channels: 16,
+            config: key.to_string(),
+            device: "dev, with a comma".into(),
+            op: layer.op,
+            channels: layer.cout,
+            gpu_channels: 8,
             threads: 1,
+            layer,
             cpu_ms: cpu,
             gpu_ms: gpu,
             sync_ms: 0.01,
@@ -368,27 +467,58 @@ mod tests {
     #[test]
     fn the_excess_is_the_stretch_of_the_overlapped_time() {
         // max 1.0 + sync 0.01 + 0.2 · min 0.5.
-        let e = row(OpKind::Conv, 1.0, 0.5, 1.11).excess().expect("excess");
+        let e = row(HIGH, 1.0, 0.5, 1.11).excess().expect("excess");
         assert!((e - 0.2).abs() < 1e-12, "{e}");
-        assert_eq!(row(OpKind::Conv, 0.0, 0.5, 0.6).excess(), None);
+        assert_eq!(row(HIGH, 0.0, 0.5, 0.6).excess(), None);
     }
 
     #[test]
-    fn fit_takes_the_median_per_op_and_thread_count_and_never_goes_below_zero() {
+    fn intensity_bins_follow_flops_per_byte() {
+        let low = intensity(&layer_of_key(LOW).expect("key"));
+        let high = intensity(&layer_of_key(HIGH).expect("key"));
+        assert!((4.0..8.0).contains(&low), "{low}");
+        assert!(high >= 64.0, "{high}");
+        assert_eq!(intensity_bin(low), 4.0);
+        assert_eq!(intensity_bin(high), 64.0);
+        assert_eq!(intensity_bin(0.5), 0.0);
+    }
+
+    #[test]
+    fn fit_takes_medians_per_op_and_intensity_and_never_goes_below_zero() {
+        // Conv: 9 low-intensity splits stretched 0.10 … 0.50 (median 0.30), 9 high-intensity
+        // ones faster side by side than apart (noise), 3 more high ones too few for a bin.
         let mut rows: Vec<CorunRow> = (0..9)
-            .map(|i| row(OpKind::Depthwise, 1.0, 1.0, 1.01 + 0.05 * i as f64))
+            .map(|i| row(LOW, 1.0, 1.0, 1.11 + 0.05 * i as f64))
             .collect();
-        // Conv: faster side by side than apart (noise) on most.
-        rows.extend((0..8).map(|i| row(OpKind::Conv, 1.0, 1.0, 0.9 + 0.01 * i as f64)));
-        // Linear: too few to state a factor once the short parts are left out.
-        rows.extend((0..3).map(|_| row(OpKind::Linear, 1.0, 1.0, 1.5)));
-        rows.extend((0..9).map(|_| row(OpKind::Linear, 1.0, 0.04, 1.0)));
+        rows.extend((0..9).map(|i| row(HIGH, 1.0, 1.0, 0.9 + 0.01 * i as f64)));
+        // Depthwise: too few to state a factor once the short parts are left out.
+        rows.extend((0..3).map(|_| row(DEPTHWISE, 1.0, 1.0, 1.5)));
+        rows.extend((0..9).map(|_| row(DEPTHWISE, 1.0, 0.04, 1.0)));
+        rows.extend((0..8).map(|_| row(LINEAR, 0.5, 0.5, 0.505)));
         let fit = fit(&rows);
-        let dw = fit["dwconv_t1"];
-        assert_eq!(dw.configs, 9);
-        assert!((dw.excess - 0.2).abs() < 1e-9, "{dw:?}");
-        assert_eq!(fit["conv_t1"].excess, 0.0);
-        assert!(!fit.contains_key("linear_t1"));
+        let conv = &fit["conv_t1"];
+        assert_eq!(conv.configs, 18);
+        let bins: Vec<(f64, usize)> = conv
+            .by_intensity
+            .iter()
+            .map(|b| (b.from, b.configs))
+            .collect();
+        assert_eq!(bins, vec![(4.0, 9), (64.0, 9)]);
+        assert!((conv.by_intensity[0].excess - 0.3).abs() < 1e-9, "{conv:?}");
+        assert_eq!(conv.by_intensity[1].excess, 0.0);
+        // Its bin's excess for a layer with one, the op kind's for a layer without.
+        assert!((conv.excess_at(6.0) - 0.3).abs() < 1e-9);
+        assert_eq!(conv.excess_at(70.0), 0.0);
+        assert_eq!(conv.excess_at(20.0), conv.excess);
+        assert!(!fit.contains_key("dwconv_t1"));
+        assert_eq!(fit["linear_t1"].excess, 0.0);
+        assert!(conv.check().is_ok());
+        let mut bad = conv.clone();
+        bad.by_intensity[0].from = 3.0;
+        assert!(bad
+            .check()
+            .expect_err("a bin from 3")
+            .contains("bin from 3"));
     }
 
     #[test]
@@ -396,13 +526,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tandem-corun-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("c.csv");
-        let r = row(OpKind::Linear, 0.25, 0.125, 0.3);
+        let r = row(LINEAR, 0.25, 0.125, 0.3);
         std::fs::write(&path, format!("{}\n{}\n", HEADER.join(","), r.csv())).expect("write");
         assert_eq!(read(&path).expect("read"), vec![r.clone()]);
-        let bad = r.csv().replace(",16,", ",64,");
-        std::fs::write(&path, format!("{}\n{bad}\n", HEADER.join(","))).expect("write");
-        let e = read(&path).expect_err("no split").to_string();
-        assert!(e.contains("line 2") && e.contains("is not a split"), "{e}");
+        let not_a_split = r.csv().replace(",1592,8,", ",1592,1592,");
+        let other_layer = r.csv().replace(",linear,", ",conv,");
+        for (bad, says) in [
+            (not_a_split, "is not a split"),
+            (other_layer, "is not a conv layer of 1592 channels"),
+        ] {
+            std::fs::write(&path, format!("{}\n{bad}\n", HEADER.join(","))).expect("write");
+            let e = read(&path).expect_err("bad row").to_string();
+            assert!(e.contains("line 2") && e.contains(says), "{e}");
+        }
         std::fs::write(&path, "config,ms\n").expect("write");
         let e = read(&path).expect_err("header").to_string();
         assert!(

@@ -135,6 +135,47 @@ pub fn config_key(layer: &Layer) -> String {
     )
 }
 
+/// The layer of a configuration key ([`config_key`]'s inverse); `None` when `key` is not one.
+pub fn layer_of_key(key: &str) -> Option<Layer> {
+    let parts: Vec<&str> = key.split(':').collect();
+    if !(6..=7).contains(&parts.len()) {
+        return None;
+    }
+    let nums = |s: &str, n: usize| -> Option<Vec<usize>> {
+        let v: Vec<usize> = s
+            .split('x')
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        (v.len() == n).then_some(v)
+    };
+    let input = nums(parts[1], 4)?;
+    let output = nums(parts[2], 3)?;
+    let kernel = nums(parts[3].strip_prefix('k')?, 2)?;
+    let stride = parts[4].strip_prefix('s')?.parse().ok()?;
+    let pad = nums(parts[5].strip_prefix('p')?, 2)?;
+    let groups = match parts.get(6) {
+        Some(g) => g.strip_prefix('g')?.parse().ok()?,
+        None => 1,
+    };
+    let layer = Layer {
+        op: crate::features::OpKind::parse(parts[0])?,
+        n: input[0],
+        h: input[1],
+        w: input[2],
+        cin: input[3],
+        oh: output[0],
+        ow: output[1],
+        cout: output[2],
+        kh: kernel[0],
+        kw: kernel[1],
+        stride,
+        pad_t: pad[0],
+        pad_l: pad[1],
+        groups,
+    };
+    (config_key(&layer) == key).then_some(layer)
+}
+
 pub(crate) fn quote(field: &str) -> String {
     if field.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", field.replace('"', "\"\""))

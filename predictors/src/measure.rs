@@ -511,29 +511,12 @@ pub fn run(
         ..plan.measure
     };
     for (i, layer) in todo.iter().enumerate() {
-        let elapsed = start.elapsed();
-        if plan.budget.is_some_and(|b| elapsed >= b) {
+        let key = config_key(layer);
+        let Some(line) = progress_before(start, i, todo.len(), plan.budget, skipped, &key) else {
             summary.out_of_budget = todo.len() - i;
             break;
-        }
-        let key = config_key(layer);
-        let per = if i > 0 {
-            elapsed / i as u32
-        } else {
-            Duration::ZERO
         };
-        let mut eta = per * (todo.len() - i) as u32;
-        if let Some(b) = plan.budget {
-            eta = eta.min(b.saturating_sub(elapsed));
-        }
-        progress(&Progress {
-            done: skipped + i,
-            total: configs.len(),
-            skipped,
-            elapsed,
-            eta,
-            current: key.clone(),
-        });
+        progress(&line);
         let gpu_err = |source| ProfileRunError::Gpu {
             config: key.clone(),
             source,
@@ -641,6 +624,40 @@ pub fn run(
         current: "done".into(),
     });
     Ok(summary)
+}
+
+/// The progress line before the `i`-th of `todo` configurations to measure (`total` left at
+/// `skipped + todo`), with the ETA by the mean time per configuration so far, capped by the
+/// budget; `None` once the budget is spent.
+pub(crate) fn progress_before(
+    start: Instant,
+    i: usize,
+    todo: usize,
+    budget: Option<Duration>,
+    skipped: usize,
+    key: &str,
+) -> Option<Progress> {
+    let elapsed = start.elapsed();
+    if budget.is_some_and(|b| elapsed >= b) {
+        return None;
+    }
+    let per = if i > 0 {
+        elapsed / i as u32
+    } else {
+        Duration::ZERO
+    };
+    let mut eta = per * (todo - i) as u32;
+    if let Some(b) = budget {
+        eta = eta.min(b.saturating_sub(elapsed));
+    }
+    Some(Progress {
+        done: skipped + i,
+        total: skipped + todo,
+        skipped,
+        elapsed,
+        eta,
+        current: key.to_string(),
+    })
 }
 
 /// FNV-1a of `s`: a seed per configuration.

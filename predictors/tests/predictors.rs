@@ -408,14 +408,20 @@ fn training_evaluation_and_profile_files() {
         corun::Contention {
             excess: 0.25,
             configs: 9,
+            by_intensity: Vec::new(),
         },
     );
     let cpath = dir.path().join("contended.profile");
     contended.save(&cpath).expect("save");
     let contended = Profile::load(&cpath).expect("load");
-    assert_eq!(contended.contention_excess(OpKind::Conv, 1), 0.25);
-    assert_eq!(contended.contention_excess(OpKind::Conv, 2), 0.0);
-    assert_eq!(contended.contention_excess(OpKind::Depthwise, 1), 0.0);
+    assert_eq!(contended.contention_excess(l, 1), 0.25);
+    assert_eq!(contended.contention_excess(l, 2), 0.0);
+    let depthwise = &rows
+        .iter()
+        .find(|r| r.layer.op == OpKind::Depthwise)
+        .expect("a depthwise layer")
+        .layer;
+    assert_eq!(contended.contention_excess(depthwise, 1), 0.0);
     let with = contended.sweep(l, 1).expect("sweep");
     assert_eq!(with.len(), sweep.len());
     let mut charged = 0;
@@ -436,7 +442,7 @@ fn training_evaluation_and_profile_files() {
     let text = std::fs::read_to_string(&cpath).expect("read");
     std::fs::write(&cpath, text.replace("\"excess\":0.25", "\"excess\":-0.25")).expect("write");
     let e = Profile::load(&cpath).expect_err("negative").to_string();
-    assert!(e.contains("contention.conv_t1.excess"), "{e}");
+    assert!(e.contains("contention.conv_t1: excess -0.25"), "{e}");
 
     // A profile whose features another tandem computed (an older feature name) is refused,
     // naming the executor's features and asking for a new training.
@@ -869,4 +875,30 @@ fn op_bytes_count_the_input_a_part_reads() {
     let bytes = names.iter().position(|n| n == "part_bytes").map(|i| x[i]);
     let expected = 4.0 * (pixels * 24.0 + 9.0 * 24.0 * 40.0 + pixels * 40.0);
     assert_eq!(bytes, Some(expected));
+}
+
+#[test]
+fn configuration_keys_name_their_layers() {
+    let limits = Limits::default();
+    let ops = [
+        OpKind::Conv,
+        OpKind::Depthwise,
+        OpKind::Linear,
+        OpKind::GroupedConv,
+    ];
+    for layer in measure::random_layers(&ops, 200, 9, &limits) {
+        let key = config_key(&layer);
+        assert_eq!(dataset::layer_of_key(&key), Some(layer), "{key}");
+    }
+    for bad in [
+        "",
+        "conv",
+        "conv:1x8x8x4:8x8x8:k3x3:s1",
+        "conv:1x8x8x4:8x8x8:k3x3:s1:p1",
+        "pool:1x8x8x4:8x8x8:k3x3:s1:p1x1",
+        "conv:1x8x8x4:8x8x8:k3x3:s1:p01x1",
+        "conv:1x8x8x4:8x8x8:k3x3:s1:p1x1:4",
+    ] {
+        assert_eq!(dataset::layer_of_key(bad), None, "{bad}");
+    }
 }

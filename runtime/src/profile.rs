@@ -592,6 +592,37 @@ impl Layout {
     }
 }
 
+/// Queues one GPU part as a session's queue holds it — a signal of `ready`, a wait kernel
+/// polling the CPU's flag for `ready`, the part's kernels (channels `range` of artifact step
+/// `step`) and a signal of `done` — and returns once the queue spins in the wait kernel: the
+/// part starts when the CPU stores `ready` in its flag.
+fn arm_part(
+    profiler: &mut Profiler,
+    artifact: &Artifact,
+    step: usize,
+    range: std::ops::Range<usize>,
+    arena: ArenaMem,
+    [ready, done]: [i32; 2],
+    deadline: Duration,
+) -> Result<(), GpuError> {
+    let flags = &profiler.flags;
+    let backend = profiler
+        .backend
+        .as_mut()
+        .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
+    backend.signal(flags, GPU_DONE, ready)?;
+    backend.wait(flags, CPU_DONE, ready, i32::MAX)?;
+    backend.enqueue_step(artifact, &artifact.steps[step], range, arena)?;
+    backend.signal(flags, GPU_DONE, done)?;
+    flush(backend)?;
+    await_gpu(
+        flags,
+        ready,
+        deadline,
+        "the GPU queue reaching a profiled part",
+    )
+}
+
 /// Runs output channels `[0, c)` of a placed layer on the CPU kernels with `pool`.
 fn run_cpu_part(arena: &mut Arena, layer: &Placed, c: usize, pool: &ThreadPool) {
     let op = &layer.op;
@@ -757,22 +788,16 @@ impl LayerBench<'_> {
         let timing = measure(options, || {
             let (ready, done) = (profiler.next_epoch(), profiler.next_epoch());
             let deadline = options.deadline;
-            let flags = &profiler.flags;
-            let backend = profiler
-                .backend
-                .as_mut()
-                .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
-            backend.signal(flags, GPU_DONE, ready)?;
-            backend.wait(flags, CPU_DONE, ready, i32::MAX)?;
-            backend.enqueue_step(artifact, &artifact.steps[step], range.clone(), arena)?;
-            backend.signal(flags, GPU_DONE, done)?;
-            flush(backend)?;
-            await_gpu(
-                flags,
-                ready,
+            arm_part(
+                profiler,
+                artifact,
+                step,
+                range.clone(),
+                arena,
+                [ready, done],
                 deadline,
-                "the GPU queue reaching a profiled layer",
             )?;
+            let flags = &profiler.flags;
             let start = Instant::now();
             flags.word(CPU_DONE).store(ready, Ordering::Release);
             await_gpu(flags, done, deadline, "the GPU part of a profiled layer")?;
@@ -854,22 +879,16 @@ impl LayerBench<'_> {
         measure(options, || {
             let (ready, done) = (profiler.next_epoch(), profiler.next_epoch());
             let deadline = options.deadline;
-            let backend = profiler
-                .backend
-                .as_mut()
-                .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
-            let flags = &profiler.flags;
-            backend.signal(flags, GPU_DONE, ready)?;
-            backend.wait(flags, CPU_DONE, ready, i32::MAX)?;
-            backend.enqueue_step(artifact, &artifact.steps[step], range.clone(), gpu_arena)?;
-            backend.signal(flags, GPU_DONE, done)?;
-            flush(backend)?;
-            await_gpu(
-                flags,
-                ready,
+            arm_part(
+                profiler,
+                artifact,
+                step,
+                range.clone(),
+                gpu_arena,
+                [ready, done],
                 deadline,
-                "the GPU queue reaching a split layer",
             )?;
+            let flags = &profiler.flags;
             let pool = &profiler.pools[&threads];
             let start = Instant::now();
             flags.word(CPU_DONE).store(ready, Ordering::Release);
