@@ -138,6 +138,12 @@ pub struct TrainArgs {
     /// the contention of split steps per op kind, and the planner charges it. Repeatable.
     #[arg(long, value_name = "CORUN.csv")]
     pub corun: Vec<PathBuf>,
+    /// A profile of the same device measured on another host, whose predictors this training
+    /// may correct: per executor, a forest on the residuals of the base's predictions where
+    /// that cross-validates better than one from scratch. A profile for a new host from a short
+    /// measurement of it.
+    #[arg(long, value_name = "BASE.profile")]
+    pub base: Option<PathBuf>,
 }
 
 /// `tandem eval`: MAPE and ±10% share of a profile's predictions per executor.
@@ -513,7 +519,30 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     } else {
         contention_of(&args.corun, &meta.device.label())?
     };
-    let (mut profile, report) = train::train(
+    let base = match &args.base {
+        Some(path) => {
+            let profile = tandem_predictors::Profile::load(path)?;
+            if !profile.device().same_device(&meta.device) {
+                bail!(
+                    "--base {}: measured on '{}', the dataset on '{}'",
+                    path.display(),
+                    profile.device().label(),
+                    meta.device.label()
+                );
+            }
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            Some((profile, name))
+        }
+        None => None,
+    };
+    let base = base.as_ref().map(|(profile, name)| train::Base {
+        profile,
+        name: name.clone(),
+    });
+    let (mut profile, report) = train::train_from(
         &rows,
         DeviceMeta {
             device: meta.device,
@@ -521,6 +550,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             setting: meta.setting,
         },
         &name,
+        base.as_ref(),
         |line| eprintln!("{line}"),
     )?;
     profile.contention = contention;

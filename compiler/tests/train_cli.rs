@@ -2,6 +2,8 @@
 //! training set (configurations the main dataset has are not taken twice); a dataset of another
 //! device is refused with an error naming it. `tandem train --drop-slow-joins`: the GPU rows of
 //! configurations measured in a slow handoff phase are left out, their CPU rows kept.
+//! `tandem train --corun`: the contention of split steps. `tandem train --base`: the predictors
+//! of another host's profile corrected where cross-validation prefers it.
 #![cfg(feature = "lightgbm")]
 
 use std::collections::BTreeSet;
@@ -337,4 +339,97 @@ fn corun_datasets_give_the_profile_its_contention() {
         profile.provenance.corun_datasets,
         vec!["good.csv".to_string()]
     );
+}
+
+/// `tandem train --base`: a short measurement of another host corrects a profile of the same
+/// device (the report and the profile say which executors it corrects and from which profile);
+/// a base of another device is refused, naming both.
+#[test]
+fn a_base_profile_of_the_same_device_is_corrected_and_another_device_refused() {
+    // fresh17 was measured on a second Intel host, for which pocl-1core.profile is 10-40% off.
+    let rows = dataset::read(&profiles().join("pocl-1core.fresh17.csv.gz")).expect("shipped data");
+    let configs: BTreeSet<&str> = rows.iter().map(|r| r.config.as_str()).collect();
+    let keep: BTreeSet<&str> = configs.into_iter().take(80).collect();
+    let some: Vec<Row> = rows
+        .iter()
+        .filter(|r| keep.contains(r.config.as_str()))
+        .cloned()
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("host2.csv");
+    dataset::write(&data, &some).expect("write");
+    std::fs::copy(
+        profiles().join("pocl-1core.fresh17.device.json"),
+        dir.path().join("host2.device.json"),
+    )
+    .expect("sidecar");
+    let (out, rep) = (dir.path().join("h2.profile"), dir.path().join("h2.json"));
+    let run = tandem()
+        .arg("train")
+        .arg(&data)
+        .arg("--base")
+        .arg(profiles().join("pocl-1core.profile"))
+        .arg("-o")
+        .arg(&out)
+        .arg("--report-json")
+        .arg(&rep)
+        .output()
+        .expect("tandem train");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cv MAPE correcting pocl-1core.profile"),
+        "{stderr}"
+    );
+    let r = report(&rep);
+    let execs = r["executors"].as_object().expect("executors");
+    let corrected: Vec<&String> = execs
+        .iter()
+        .filter(|(_, e)| e["corrects"] == "pocl-1core.profile")
+        .map(|(name, _)| name)
+        .collect();
+    assert!(!corrected.is_empty(), "{r:#}");
+    for (name, e) in execs {
+        // Every executor the base has was tried both ways; the lower CV MAPE won.
+        let (cv, scratch, corr) = (
+            e["cv_mape"].as_f64(),
+            e["cv_mape_from_scratch"].as_f64(),
+            e["cv_mape_corrected"].as_f64(),
+        );
+        if let (Some(cv), Some(s), Some(c)) = (cv, scratch, corr) {
+            assert_eq!(cv, s.min(c), "{name}");
+            assert_eq!(e["corrects"].is_string(), c <= s, "{name}");
+        }
+    }
+    let profile = tandem_predictors::Profile::load(&out).expect("profile");
+    let base =
+        tandem_predictors::Profile::load(&profiles().join("pocl-1core.profile")).expect("base");
+    assert!(profile
+        .provenance
+        .base
+        .as_deref()
+        .is_some_and(|b| b.starts_with("pocl-1core.profile (dataset pocl-1core.csv.gz")));
+    for name in &corrected {
+        let (e, b) = (&profile.executors[*name], &base.executors[*name]);
+        assert_eq!(e.forest.trees[..b.forest.trees.len()], b.forest.trees[..]);
+        assert_eq!(e.params["base_trees"], b.forest.trees.len());
+    }
+
+    // The AMD host's profile is another device.
+    let run = tandem()
+        .arg("train")
+        .arg(&data)
+        .arg("--base")
+        .arg(profiles().join("pocl-1core-epyc.profile"))
+        .arg("-o")
+        .arg(dir.path().join("no.profile"))
+        .output()
+        .expect("tandem train");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(
+        stderr.contains("--base") && stderr.contains("AuthenticAMD") && stderr.contains("Intel"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("no.profile").exists());
 }

@@ -55,6 +55,11 @@ pub struct Provenance {
     /// The co-run datasets the contention was fitted on (`tandem train --corun`), by file name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub corun_datasets: Vec<String>,
+    /// The profile whose predictors this one's correct where that predicted better in
+    /// cross-validation (`tandem train --base`): its file name, dataset and date. Each
+    /// corrected executor's `params` name it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
 }
 
 /// One executor's predictor.
@@ -86,6 +91,23 @@ impl Executor {
     #[inline]
     pub fn predict_ms(&self, x: &[f64]) -> f64 {
         self.scale * (self.baseline.eval(x) + self.forest.predict(x)).exp()
+    }
+
+    /// The log of [`Executor::predict_ms`]: `ln(scale) + baseline(x) + forest(x)`, what a
+    /// training on another host's measurements corrects (`tandem train --base`).
+    pub fn predict_log_ms(&self, x: &[f64]) -> f64 {
+        self.scale.ln() + self.baseline.eval(x) + self.forest.predict(x)
+    }
+
+    /// This executor followed by a correction trained on its residuals (`baseline` and
+    /// `forest` fit to `ln(ms) − predict_log_ms(x)`): one executor predicting
+    /// `exp(predict_log_ms(x) + baseline(x) + forest(x))`, with unit scale. `None` when the
+    /// correction reads rows of another length.
+    pub fn corrected_by(&self, baseline: &Baseline, forest: &Forest) -> Option<(Baseline, Forest)> {
+        Some((
+            self.baseline.plus(baseline, self.scale.ln()),
+            self.forest.followed_by(forest)?,
+        ))
     }
 
     /// [`Executor::predict_ms`] of many rows at once (equal results; faster, since each tree
@@ -367,7 +389,8 @@ pub fn shipped_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles")
 }
 
-/// The first shipped profile measured on a device like `device` ([`DeviceInfo::same_device`]).
+/// The shipped profile measured on a device like `device` ([`DeviceInfo::same_device`]); of
+/// several, the one whose device reported the nearest global memory size (`pick_host`).
 pub fn default_for(device: &DeviceInfo) -> Option<PathBuf> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(shipped_dir())
         .ok()?
@@ -376,11 +399,30 @@ pub fn default_for(device: &DeviceInfo) -> Option<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "profile"))
         .collect();
     paths.sort();
-    paths.into_iter().find(|p| {
-        Profile::load(p)
-            .map(|prof| prof.device().same_device(device))
-            .unwrap_or(false)
-    })
+    let candidates: Vec<(PathBuf, DeviceInfo)> = paths
+        .into_iter()
+        .filter_map(|p| {
+            let d = Profile::load(&p).ok()?.device().clone();
+            d.same_device(device).then_some((p, d))
+        })
+        .collect();
+    pick_host(device, &candidates)
+}
+
+/// Of profiles of the same OpenCL device (`(path, its device)`), the one measured on the host
+/// most like `device`'s: the nearest global memory size by ratio, the first on a tie. A
+/// device's description does not tell hosts apart (PoCL names the CPU as KVM shows it), but
+/// the memory it reports does: 22 GB on the Intel Xeon host of `pocl-1core.profile`, 8 GB on
+/// the one of `pocl-1core-xeon2.profile`, whose CPUs run 15–20% apart.
+pub fn pick_host(device: &DeviceInfo, candidates: &[(PathBuf, DeviceInfo)]) -> Option<PathBuf> {
+    let distance = |d: &DeviceInfo| {
+        let ratio = d.global_mem_bytes.max(1) as f64 / device.global_mem_bytes.max(1) as f64;
+        ratio.ln().abs()
+    };
+    candidates
+        .iter()
+        .min_by(|(_, a), (_, b)| distance(a).total_cmp(&distance(b)))
+        .map(|(p, _)| p.clone())
 }
 
 /// Today's UTC date, `YYYY-MM-DD`.

@@ -389,6 +389,18 @@ impl Forest {
             .predict_batch(rows)
     }
 
+    /// The forest whose raw score is this one's plus `then`'s: this forest's trees followed by
+    /// `then`'s (boosting sums trees, so a forest trained on this one's residuals continues it).
+    /// `None` when the two read rows of different lengths.
+    pub fn followed_by(&self, then: &Forest) -> Option<Forest> {
+        (self.num_features == then.num_features).then(|| {
+            Forest::new(
+                self.num_features,
+                self.trees.iter().chain(&then.trees).cloned().collect(),
+            )
+        })
+    }
+
     /// Checks every tree (after loading from a file).
     pub fn check(&self) -> Result<(), String> {
         for (i, t) in self.trees.iter().enumerate() {
@@ -582,6 +594,27 @@ impl Baseline {
         }
     }
 
+    /// The baseline whose log latency is this one's plus `other`'s plus `offset` (the union of
+    /// their columns, coefficients of a shared column added).
+    pub fn plus(&self, other: &Baseline, offset: f64) -> Baseline {
+        let mut cols = self.cols.clone();
+        let mut coef = self.coef.clone();
+        if coef.is_empty() {
+            coef.push(0.0);
+        }
+        coef[0] += other.coef.first().copied().unwrap_or(0.0) + offset;
+        for (&col, &c) in other.cols.iter().zip(other.coef.iter().skip(1)) {
+            match cols.iter().position(|&k| k == col) {
+                Some(i) => coef[i + 1] += c,
+                None => {
+                    cols.push(col);
+                    coef.push(c);
+                }
+            }
+        }
+        Baseline { cols, coef }
+    }
+
     /// Checks the columns are in range for `num_features`.
     pub fn check(&self, num_features: usize) -> Result<(), String> {
         if self.coef.len() != self.cols.len() + 1 {
@@ -720,5 +753,42 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn composed_forests_and_baselines_add_their_parts() {
+        let a = Forest::new(2, vec![tree(&[0], &[1.0], &[0], &[(!0, !1)])]);
+        let b = Forest::new(2, vec![tree(&[1], &[0.0], &[0], &[(!0, !1)]); 2]);
+        let ab = a.followed_by(&b).expect("same row length");
+        assert_eq!(ab.trees.len(), 3);
+        for x in [[0.0, 0.0], [2.0, -1.0], [2.0, 3.0]] {
+            assert_eq!(ab.predict(&x), a.predict(&x) + b.predict(&x), "row {x:?}");
+        }
+        assert!(a.followed_by(&Forest::new(3, vec![])).is_none());
+
+        let p = Baseline {
+            cols: vec![0, 2],
+            coef: vec![0.5, 1.0, -0.25],
+        };
+        let q = Baseline {
+            cols: vec![2, 1],
+            coef: vec![-1.0, 0.5, 2.0],
+        };
+        let pq = p.plus(&q, 0.125);
+        assert_eq!(pq.cols, vec![0, 2, 1]);
+        pq.check(3).expect("columns in range");
+        for x in [[0.0, 0.0, 0.0], [3.0, 1e6, 7.5], [1e9, 2.0, 0.5]] {
+            let want = p.eval(&x) + q.eval(&x) + 0.125;
+            assert!((pq.eval(&x) - want).abs() < 1e-12, "row {x:?}");
+        }
+        // An empty baseline (no intercept yet) takes the other's terms.
+        let empty = Baseline {
+            cols: vec![],
+            coef: vec![],
+        };
+        assert_eq!(
+            empty.plus(&q, 0.0).eval(&[1.0, 2.0, 3.0]),
+            q.eval(&[1.0, 2.0, 3.0])
+        );
     }
 }

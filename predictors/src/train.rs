@@ -4,6 +4,11 @@
 //! chosen hyperparameters), and two ablations per GPU executor: the same model without the
 //! dispatch features, and one black-box model for the whole GPU (op features only, all
 //! variants together; the paper's naive predictor).
+//!
+//! With a base profile ([`train_from`], `tandem train --base`), measured on another host of the
+//! same device, each executor is also trained as a correction of the base's predictor (trees on
+//! the residuals of its log latency), and cross-validation picks the correction or the forest
+//! from scratch: a profile for a new host from a short measurement of it.
 
 use crate::bundle::{Accuracy, Executor, Profile, Provenance, FORMAT};
 use crate::dataset::Row;
@@ -127,6 +132,17 @@ pub fn grid() -> Vec<Params> {
     out
 }
 
+/// The search grid of a correction of another profile's predictor (`tandem train --base`):
+/// [`grid`]'s points of 80 trees, since the corrected executor evaluates the base's trees and
+/// these, and a correction of a predictor that already has the shape of the latencies needs
+/// fewer trees than the predictor.
+pub fn correction_grid() -> Vec<Params> {
+    grid()
+        .into_iter()
+        .filter(|p| p.num_iterations <= 80)
+        .collect()
+}
+
 /// A trained LightGBM booster with its pure-Rust forest and the baseline it corrects.
 pub struct Trained {
     pub booster: Booster,
@@ -137,8 +153,18 @@ pub struct Trained {
 impl Trained {
     /// Predicted latencies (ms).
     pub fn predict_ms(&self, x: &[Vec<f64>]) -> Vec<f64> {
+        self.predict_ms_from(x, &[])
+    }
+
+    /// Predicted latencies (ms) of a model trained with [`fit_from`] on a prior: `prior[i]` is
+    /// row `i`'s log latency by the predictor it corrects (empty: none).
+    pub fn predict_ms_from(&self, x: &[Vec<f64>], prior: &[f64]) -> Vec<f64> {
         x.iter()
-            .map(|r| (self.baseline.eval(r) + self.forest.predict(r)).exp())
+            .enumerate()
+            .map(|(i, r)| {
+                let p = prior.get(i).copied().unwrap_or(0.0);
+                (p + self.baseline.eval(r) + self.forest.predict(r)).exp()
+            })
             .collect()
     }
 }
@@ -167,13 +193,43 @@ pub fn baseline_cols(n: usize, rows: usize) -> Vec<usize> {
 
 /// Trains on feature rows `x` (all the same length) and latencies `ms`.
 pub fn fit(x: &[Vec<f64>], ms: &[f64], params: &Params) -> Result<Trained, TrainError> {
+    fit_from(x, ms, &[], params)
+}
+
+/// [`fit`] of the residuals of a prior: `prior[i]` is row `i`'s log latency by the predictor
+/// the new one corrects (an empty `prior`: none), and the baseline and trees fit
+/// `ln(ms) − prior` (the baseline a constant: the prior has the trend). Predict with
+/// [`Trained::predict_ms_from`].
+pub fn fit_from(
+    x: &[Vec<f64>],
+    ms: &[f64],
+    prior: &[f64],
+    params: &Params,
+) -> Result<Trained, TrainError> {
     let nf = x.first().map_or(0, Vec::len);
     if x.is_empty() || nf == 0 {
         return Err(TrainError::Data("no training rows".into()));
     }
+    if !prior.is_empty() && prior.len() != x.len() {
+        return Err(TrainError::Data(format!(
+            "{} prior values for {} rows",
+            prior.len(),
+            x.len()
+        )));
+    }
     let flat: Vec<f64> = x.iter().flatten().copied().collect();
-    let logs: Vec<f64> = ms.iter().map(|v| v.max(1e-6).ln()).collect();
-    let baseline = Baseline::fit(x, &logs, &baseline_cols(nf, x.len()));
+    let logs: Vec<f64> = ms
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v.max(1e-6).ln() - prior.get(i).copied().unwrap_or(0.0))
+        .collect();
+    // A correction keeps the trend of the predictor it corrects: its baseline is a constant.
+    let cols = if prior.is_empty() {
+        baseline_cols(nf, x.len())
+    } else {
+        Vec::new()
+    };
+    let baseline = Baseline::fit(x, &logs, &cols);
     let labels: Vec<f32> = x
         .iter()
         .zip(&logs)
@@ -224,27 +280,36 @@ pub fn cheapest_within_tolerance(scored: &[(f64, Params)]) -> Option<(f64, Param
         .copied()
 }
 
-/// Mean MAPE over 3 folds grouped by configuration (`None` when too few configurations).
-fn cv_mape(rows: &[&Row], x: &[Vec<f64>], params: &Params) -> Result<Option<f64>, TrainError> {
+/// Mean MAPE over 3 folds grouped by configuration (`None` when too few configurations), of
+/// models fit on the residuals of `prior` ([`fit_from`]; empty: none).
+fn cv_mape(
+    rows: &[&Row],
+    x: &[Vec<f64>],
+    prior: &[f64],
+    params: &Params,
+) -> Result<Option<f64>, TrainError> {
     let folds = 3;
     let mut total = 0.0;
     let mut counted = 0;
+    let prior_of = |i: usize| prior.get(i).copied();
     for f in 0..folds {
-        let (mut tx, mut ty, mut vx, mut vy) = (vec![], vec![], vec![], vec![]);
-        for (r, xi) in rows.iter().zip(x) {
-            if fold_of(&r.config, folds) == f {
-                vx.push(xi.clone());
-                vy.push(r.ms);
+        let (mut tx, mut ty, mut tp, mut vx, mut vy, mut vp) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for (i, (r, xi)) in rows.iter().zip(x).enumerate() {
+            let (xs, ys, ps) = if fold_of(&r.config, folds) == f {
+                (&mut vx, &mut vy, &mut vp)
             } else {
-                tx.push(xi.clone());
-                ty.push(r.ms);
-            }
+                (&mut tx, &mut ty, &mut tp)
+            };
+            xs.push(xi.clone());
+            ys.push(r.ms);
+            ps.extend(prior_of(i));
         }
         if tx.len() < 4 || vx.is_empty() {
             continue;
         }
-        let t = fit(&tx, &ty, params)?;
-        total += accuracy(&t.predict_ms(&vx), &vy).mape;
+        let t = fit_from(&tx, &ty, &tp, params)?;
+        total += accuracy(&t.predict_ms_from(&vx, &vp), &vy).mape;
         counted += 1;
     }
     Ok((counted > 0).then(|| total / counted as f64))
@@ -258,19 +323,29 @@ pub fn search(
     x: &[Vec<f64>],
     threads: usize,
 ) -> Result<Vec<(f64, Params)>, TrainError> {
-    let points = grid();
+    search_from(rows, x, &[], &grid(), threads)
+}
+
+/// [`search`] over the grid `points` of models fit on the residuals of `prior` ([`fit_from`];
+/// empty: none).
+pub fn search_from(
+    rows: &[&Row],
+    x: &[Vec<f64>],
+    prior: &[f64],
+    points: &[Params],
+    threads: usize,
+) -> Result<Vec<(f64, Params)>, TrainError> {
     let threads = threads.clamp(1, points.len());
     // Thread t scores points t, t + threads, …, a share of the cheap and of the costly ones
     // (the grid orders them by objective and size); it returns (grid index, MAPE) pairs.
     type Part = Result<Vec<(usize, Option<f64>)>, TrainError>;
     let parts: Vec<Part> = std::thread::scope(|scope| {
-        let points = &points;
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 scope.spawn(move || {
                     (t..points.len())
                         .step_by(threads)
-                        .map(|i| Ok((i, cv_mape(rows, x, &points[i])?)))
+                        .map(|i| Ok((i, cv_mape(rows, x, prior, &points[i])?)))
                         .collect()
                 })
             })
@@ -304,6 +379,16 @@ pub struct ExecutorReport {
     pub configs: usize,
     pub params: Params,
     pub cv_mape: Option<f64>,
+    /// With `--base`: the base profile when the shipped forest corrects its predictor (it
+    /// cross-validated better than a forest trained from scratch), else `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corrects: Option<String>,
+    /// With `--base`, for an executor the base has: the cross-validated MAPE of the forest
+    /// trained from scratch and of the correction, the two `cv_mape` is the lower of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cv_mape_from_scratch: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cv_mape_corrected: Option<f64>,
     /// Held-out accuracy with every feature.
     pub validation: Accuracy,
     /// Held-out accuracy without the dispatch features (GPU executors).
@@ -330,11 +415,35 @@ pub struct DeviceMeta {
     pub setting: String,
 }
 
-/// Trains a profile on `rows` (progress lines go to `log`).
+/// A profile whose predictors a training may correct instead of starting from scratch
+/// (`tandem train --base`): one measured on another host of the same kind, whose forests
+/// already have the shape of the latencies, so that a short measurement on this host suffices.
+pub struct Base<'a> {
+    pub profile: &'a Profile,
+    /// How the profile is named in the new one's provenance and report (its file name).
+    pub name: String,
+}
+
+/// Trains a profile on `rows` (progress lines go to `log`), from scratch.
 pub fn train(
     rows: &[Row],
     meta: DeviceMeta,
     dataset_name: &str,
+    log: impl FnMut(&str),
+) -> Result<(Profile, Report), TrainError> {
+    train_from(rows, meta, dataset_name, None, log)
+}
+
+/// [`train`], and with a `base`, per executor that the base has with the same features, also
+/// a correction of the base's predictor: a forest on the residuals of its log latency over
+/// [`correction_grid`]. Cross-validation on this dataset chooses between the two, and the
+/// shipped executor is the base's followed by the correction ([`Executor::corrected_by`]) or
+/// the forest from scratch.
+pub fn train_from(
+    rows: &[Row],
+    meta: DeviceMeta,
+    dataset_name: &str,
+    base: Option<&Base>,
     mut log: impl FnMut(&str),
 ) -> Result<(Profile, Report), TrainError> {
     if rows.is_empty() {
@@ -395,14 +504,48 @@ pub fn train(
         let y: Vec<f64> = train_rows.iter().map(|r| r.ms).collect();
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let scored = search(&train_rows, &x, cores)?;
-        let (cv, params) = match cheapest_within_tolerance(&scored) {
+        let (mut cv, mut params) = match cheapest_within_tolerance(&scored) {
             Some((m, p)) => (Some(m), p),
             None => (None, grid()[5]),
         };
-        let trained = fit(&x, &y, &params)?;
+        // The base's predictor of this executor, when it reads the same features.
+        let base_exec = base.and_then(|b| {
+            let e = b.profile.executors.get(name);
+            if e.is_none_or(|e| e.features != feature_names(name, true)) {
+                log(&format!(
+                    "{name}: {} has no predictor of these features; trained from scratch",
+                    b.name
+                ));
+            }
+            e.filter(|e| e.features == feature_names(name, true))
+        });
+        let prior_of = |x: &[Vec<f64>]| -> Vec<f64> {
+            base_exec.map_or_else(Vec::new, |e| {
+                x.iter().map(|r| e.predict_log_ms(r)).collect()
+            })
+        };
+        let (mut cv_from_scratch, mut cv_corrected, mut corrects) = (None, None, None);
+        if let (Some(b), Some(_)) = (base, base_exec) {
+            let scored = search_from(&train_rows, &x, &prior_of(&x), &correction_grid(), cores)?;
+            if let Some((m, p)) = cheapest_within_tolerance(&scored) {
+                log(&format!(
+                    "{name}: cv MAPE correcting {} {m:.2}%, from scratch {}",
+                    b.name,
+                    cv.map_or("-".into(), |c| format!("{c:.2}%"))
+                ));
+                (cv_from_scratch, cv_corrected) = (cv, Some(m));
+                if cv.is_none_or(|c| m <= c) {
+                    corrects = Some(b.name.clone());
+                    (cv, params) = (Some(m), p);
+                }
+            }
+        }
+        let corrected = corrects.is_some();
+        let prior = |x: &[Vec<f64>]| if corrected { prior_of(x) } else { Vec::new() };
+        let trained = fit_from(&x, &y, &prior(&x), &params)?;
         let tx: Vec<Vec<f64>> = test_rows.iter().map(|r| row_features(r, true)).collect();
         let ty: Vec<f64> = test_rows.iter().map(|r| r.ms).collect();
-        let acc = accuracy(&trained.predict_ms(&tx), &ty);
+        let acc = accuracy(&trained.predict_ms_from(&tx, &prior(&tx)), &ty);
         let (without_dispatch, bb) = if gpu {
             let x0: Vec<Vec<f64>> = train_rows.iter().map(|r| row_features(r, false)).collect();
             let t0 = fit(&x0, &y, &params)?;
@@ -442,7 +585,19 @@ pub fn train(
         } else {
             let ax: Vec<Vec<f64>> = exec_rows.iter().map(|r| row_features(r, true)).collect();
             let ay: Vec<f64> = exec_rows.iter().map(|r| r.ms).collect();
-            fit(&ax, &ay, &params)?
+            fit_from(&ax, &ay, &prior(&ax), &params)?
+        };
+        let mut param_map = params.map();
+        let (baseline, forest) = match (base_exec, &corrects) {
+            (Some(e), Some(b)) => {
+                param_map.insert("corrects".into(), json!(b));
+                param_map.insert("base_trees".into(), json!(e.forest.trees.len()));
+                e.corrected_by(&shipped.baseline, &shipped.forest)
+                    .ok_or_else(|| {
+                        TrainError::Data(format!("{name}: the base's forest reads other rows"))
+                    })?
+            }
+            _ => (shipped.baseline, shipped.forest),
         };
         validation.insert(name.to_string(), acc);
         reports.insert(
@@ -454,6 +609,9 @@ pub fn train(
                 configs: nconf,
                 params,
                 cv_mape: cv,
+                corrects,
+                cv_mape_from_scratch: cv_from_scratch,
+                cv_mape_corrected: cv_corrected,
                 validation: acc,
                 without_dispatch,
                 black_box_gpu: bb,
@@ -465,9 +623,9 @@ pub fn train(
                 scale: 1.0,
                 features: feature_names(name, true),
                 dispatch_features: true,
-                params: params.map(),
-                forest: shipped.forest,
-                baseline: shipped.baseline,
+                params: param_map,
+                forest,
+                baseline,
             },
         );
     }
@@ -480,6 +638,10 @@ pub fn train(
             date: crate::bundle::today(),
             calibrations: Vec::new(),
             corun_datasets: Vec::new(),
+            base: base.map(|b| {
+                let p = &b.profile.provenance;
+                format!("{} (dataset {}, trained {})", b.name, p.dataset, p.date)
+            }),
             tandem_version: format!("tandem {}", env!("CARGO_PKG_VERSION")),
             dataset: dataset_name.to_string(),
             samples: rows.len(),

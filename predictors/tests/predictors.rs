@@ -902,3 +902,165 @@ fn configuration_keys_name_their_layers() {
         assert_eq!(dataset::layer_of_key(bad), None, "{bad}");
     }
 }
+
+/// `rows` as another host measures them: GPU parts 20% faster, CPU parts 15% slower and, on
+/// the largest layers, slower still (another cache), plus a little noise.
+fn on_another_host(rows: &[Row], seed: u64) -> Vec<Row> {
+    let mut rng = Rng::new(seed);
+    rows.iter()
+        .cloned()
+        .map(|mut r| {
+            let factor = if r.threads == 0 {
+                0.8
+            } else if r.layer.cout * r.layer.h * r.layer.w > 100_000 {
+                1.35
+            } else {
+                1.15
+            };
+            r.ms *= factor * (1.0 + 0.01 * rng.symmetric() as f64);
+            r
+        })
+        .collect()
+}
+
+/// A short measurement of a new host corrects a profile of another host's: the corrected
+/// executors are the base's trees followed by the correction's, chosen where cross-validation
+/// says so, and predict the new host far better than the base does.
+#[test]
+fn a_base_profile_is_corrected_for_a_new_host() {
+    let (base, _) = trained(&synthetic_rows(90, 21));
+    // The new host: a short measurement (30 configurations) and a fresh set to score on.
+    let few = on_another_host(&synthetic_rows(30, 41), 1);
+    let mut stale = base.clone();
+    stale
+        .executors
+        .get_mut("cpu_linear_t1")
+        .expect("a linear CPU predictor")
+        .features
+        .push("a_feature_of_another_tandem".into());
+    let (corrected, report) = train::train_from(
+        &few,
+        DeviceMeta {
+            device: fake_device(),
+            cpu: "test cpu".into(),
+            setting: "test".into(),
+        },
+        "host2.csv",
+        Some(&train::Base {
+            profile: &stale,
+            name: "host1.profile".into(),
+        }),
+        |_| {},
+    )
+    .expect("training with a base");
+    assert_eq!(
+        corrected.provenance.base.as_deref(),
+        Some("host1.profile (dataset synthetic.csv, trained ")
+            .map(|p| format!("{p}{})", base.provenance.date))
+            .as_deref()
+    );
+    let mut corrections = 0;
+    for (name, r) in &report.executors {
+        let e = &corrected.executors[name];
+        match &r.corrects {
+            Some(b) => {
+                corrections += 1;
+                assert_eq!(b, "host1.profile");
+                let cv = r.cv_mape.expect("a cross-validated correction");
+                assert_eq!(r.cv_mape_corrected, Some(cv));
+                assert!(
+                    r.cv_mape_from_scratch.is_none_or(|s| cv <= s),
+                    "{name}: {r:?}"
+                );
+                let trees = base.executors[name].forest.trees.len();
+                assert_eq!(
+                    e.forest.trees[..trees],
+                    base.executors[name].forest.trees[..]
+                );
+                assert!(e.forest.trees.len() > trees, "{name}: no correcting trees");
+                assert_eq!(e.params["corrects"], "host1.profile");
+                assert_eq!(e.params["base_trees"], trees);
+            }
+            None => {
+                assert!(!e.params.contains_key("corrects"), "{name}");
+                if let Some(c) = r.cv_mape_corrected {
+                    assert_eq!(r.cv_mape, r.cv_mape_from_scratch);
+                    assert!(r.cv_mape.is_some_and(|cv| cv < c), "{name}: {r:?}");
+                }
+            }
+        }
+    }
+    // The executor whose base predictor reads other features is trained from scratch.
+    assert_eq!(report.executors["cpu_linear_t1"].corrects, None);
+    assert_eq!(report.executors["cpu_linear_t1"].cv_mape_corrected, None);
+    assert!(corrections >= 3, "{report:#?}");
+
+    // On a fresh set of the new host, every corrected executor that the base predicts well on
+    // its own host (MAPE under 10% on the same layers as its host measures them) is far better
+    // than the base's prediction and no worse than forests from scratch on the same 30
+    // configurations.
+    let home = synthetic_rows(40, 43);
+    let fresh = on_another_host(&home, 2);
+    let (scratch, _) = trained(&few);
+    let (at_home, on_base, on_corrected, on_scratch) = (
+        evaluate(&base, &home),
+        evaluate(&base, &fresh),
+        evaluate(&corrected, &fresh),
+        evaluate(&scratch, &fresh),
+    );
+    let mut checked = 0;
+    for (name, a) in &on_corrected.executors {
+        let h = at_home.executors[name];
+        if a.n < 30 || h.mape >= 10.0 || report.executors[name].corrects.is_none() {
+            continue;
+        }
+        checked += 1;
+        let (b, s) = (on_base.executors[name], on_scratch.executors[name]);
+        eprintln!(
+            "{name}: home {:.1}%, base {:.1}%, corrected {:.1}%, scratch {:.1}%",
+            h.mape, b.mape, a.mape, s.mape
+        );
+        assert!(
+            a.mape < b.mape / 2.0,
+            "{name}: {a:?} against the base's {b:?}"
+        );
+        assert!(
+            a.mape <= s.mape * 1.1,
+            "{name}: {a:?} against from scratch {s:?}"
+        );
+    }
+    assert!(checked >= 1, "{at_home:?}");
+
+    // It saves and loads as any profile, predicting the same.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("corrected.profile");
+    corrected.save(&path).expect("save");
+    let back = Profile::load(&path).expect("load");
+    assert_eq!(back, corrected);
+}
+
+/// Of profiles of one OpenCL device, the one whose host reported the nearest memory size.
+#[test]
+fn the_profile_of_the_nearest_host_is_picked() {
+    let with_memory = |gb: f64| DeviceInfo {
+        global_mem_bytes: (gb * 1e9) as u64,
+        ..fake_device()
+    };
+    let candidates = vec![
+        ("a.profile".into(), with_memory(22.0)),
+        ("b.profile".into(), with_memory(8.1)),
+        ("c.profile".into(), with_memory(8.1)),
+    ];
+    let pick = |gb: f64| tandem_predictors::bundle::pick_host(&with_memory(gb), &candidates);
+    assert_eq!(pick(21.9), Some("a.profile".into()));
+    assert_eq!(pick(64.0), Some("a.profile".into()));
+    // The first of equally near ones.
+    assert_eq!(pick(8.147), Some("b.profile".into()));
+    assert_eq!(pick(2.0), Some("b.profile".into()));
+    // 13.3 GB is nearer 8.1 than 22 by ratio (1.64 against 1.65).
+    assert_eq!(pick(13.3), Some("b.profile".into()));
+    assert_eq!(
+        tandem_predictors::bundle::pick_host(&with_memory(8.0), &[]),
+        None
+    );
+}
