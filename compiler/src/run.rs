@@ -392,13 +392,7 @@ pub fn compile_planned(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let note = (!profile.device().same_device(&gpu)).then(|| {
-        format!(
-            "the profile {name} was measured on {}, the plan is for {}",
-            profile.device().label(),
-            gpu.label()
-        )
-    });
+    let note = profile_note(&name, profile.device(), &gpu);
     let options = CompileOptions {
         plan: Plan::Predicted {
             profile: std::sync::Arc::new(profile),
@@ -432,4 +426,62 @@ pub fn gpu_for_planning(gpu_device: Option<&Path>) -> Result<Option<DeviceInfo>>
     Ok(tandem_runtime::gpu::device::GpuDevice::open()
         .ok()
         .map(|d| d.info))
+}
+/// What a plan's user should know about the profile `name` (measured on `measured`) for the
+/// device `gpu`: that it is of another device, or of the same device on another host (its
+/// reported memory differs by over 10%: hosts of one device description run 15-30% apart,
+/// `docs/predictors.md`); `None` when it matches.
+pub fn profile_note(name: &str, measured: &DeviceInfo, gpu: &DeviceInfo) -> Option<String> {
+    let (theirs, ours) = (measured.global_mem_bytes, gpu.global_mem_bytes);
+    if !measured.same_device(gpu) {
+        Some(format!(
+            "the profile {name} was measured on {}, the plan is for {}",
+            measured.label(),
+            gpu.label()
+        ))
+    } else if theirs.abs_diff(ours) > theirs.max(ours) / 10 {
+        Some(format!(
+            "the profile {name} was measured on a host whose device reported {:.1} GB of \
+             memory, this one reports {:.1} GB: likely another host, whose speed it may not \
+             predict (measure this one with `tandem profile`, then `tandem train --base {name}`)",
+            theirs as f64 / 1e9,
+            ours as f64 / 1e9
+        ))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped_device(sidecar: &str) -> DeviceInfo {
+        let path = tandem_predictors::bundle::shipped_dir().join(sidecar);
+        let text = std::fs::read_to_string(&path).expect("a shipped device description");
+        let meta: serde_json::Value = serde_json::from_str(&text).expect("json");
+        serde_json::from_value(meta["device"].clone()).expect("a device")
+    }
+
+    #[test]
+    fn a_profile_of_another_device_or_host_gets_a_note() {
+        let first = shipped_device("pocl-1core.device.json");
+        let second = shipped_device("pocl-1core.fresh17.device.json");
+        let amd = shipped_device("pocl-1core-epyc.device.json");
+        assert_eq!(profile_note("p.profile", &first, &first), None);
+        let near = DeviceInfo {
+            global_mem_bytes: first.global_mem_bytes / 100 * 95,
+            ..first.clone()
+        };
+        assert_eq!(profile_note("p.profile", &first, &near), None);
+        let host = profile_note("p.profile", &first, &second).expect("another host");
+        assert!(
+            host.contains("22.0 GB")
+                && host.contains("8.1 GB")
+                && host.contains("--base p.profile"),
+            "{host}"
+        );
+        let device = profile_note("p.profile", &first, &amd).expect("another device");
+        assert!(device.contains("AuthenticAMD"), "{device}");
+    }
 }

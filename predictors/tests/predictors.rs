@@ -1064,3 +1064,24 @@ fn the_profile_of_the_nearest_host_is_picked() {
         None
     );
 }
+
+/// The shipped profiles: each host's device description picks its own profile.
+#[test]
+fn each_shipped_hosts_device_picks_its_profile() {
+    let dir = tandem_predictors::bundle::shipped_dir();
+    for (sidecar, profile) in [
+        ("pocl-1core.device.json", "pocl-1core.profile"),
+        ("pocl-1core-xeon2.device.json", "pocl-1core-xeon2.profile"),
+        ("pocl-1core-epyc.device.json", "pocl-1core-epyc.profile"),
+    ] {
+        let text = std::fs::read_to_string(dir.join(sidecar)).expect("shipped sidecar");
+        let meta: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let device: DeviceInfo = serde_json::from_value(meta["device"].clone()).expect("device");
+        let picked = tandem_predictors::bundle::default_for(&device).expect("a profile");
+        assert_eq!(
+            picked.file_name().and_then(|n| n.to_str()),
+            Some(profile),
+            "{sidecar}"
+        );
+    }
+}
