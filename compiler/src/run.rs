@@ -429,7 +429,7 @@ pub fn gpu_for_planning(gpu_device: Option<&Path>) -> Result<Option<DeviceInfo>>
 }
 /// What a plan's user should know about the profile `name` (measured on `measured`) for the
 /// device `gpu`: that it is of another device, or of the same device on another host (its
-/// reported memory differs by over 10%: hosts of one device description run 15-30% apart,
+/// reported memory differs by over 10%: hosts of one device description ran 9-18% apart,
 /// `docs/predictors.md`); `None` when it matches.
 pub fn profile_note(name: &str, measured: &DeviceInfo, gpu: &DeviceInfo) -> Option<String> {
     let (theirs, ours) = (measured.global_mem_bytes, gpu.global_mem_bytes);

@@ -432,4 +432,19 @@ fn a_base_profile_of_the_same_device_is_corrected_and_another_device_refused() {
         "{stderr}"
     );
     assert!(!dir.path().join("no.profile").exists());
+
+    // A base that is not there is named.
+    let missing = dir.path().join("missing.profile");
+    let run = tandem()
+        .arg("train")
+        .arg(&data)
+        .arg("--base")
+        .arg(&missing)
+        .arg("-o")
+        .arg(dir.path().join("no.profile"))
+        .output()
+        .expect("tandem train");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(stderr.contains("missing.profile"), "{stderr}");
 }

@@ -402,18 +402,36 @@ pub fn default_for(device: &DeviceInfo) -> Option<PathBuf> {
     let candidates: Vec<(PathBuf, DeviceInfo)> = paths
         .into_iter()
         .filter_map(|p| {
-            let d = Profile::load(&p).ok()?.device().clone();
+            let d = measured_device(&p)?;
             d.same_device(device).then_some((p, d))
         })
         .collect();
     pick_host(device, &candidates)
 }
 
+/// The device a profile file was measured on, read without building its forests (a shipped
+/// profile is megabytes of trees; `tandem compile` looks at each to pick one). `None` when the
+/// file has no readable `provenance.device`; loading it then says what is wrong.
+fn measured_device(path: &Path) -> Option<DeviceInfo> {
+    #[derive(Deserialize)]
+    struct Head {
+        provenance: HeadProvenance,
+    }
+    #[derive(Deserialize)]
+    struct HeadProvenance {
+        device: DeviceInfo,
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str::<Head>(&text)
+        .ok()
+        .map(|h| h.provenance.device)
+}
+
 /// Of profiles of the same OpenCL device (`(path, its device)`), the one measured on the host
 /// most like `device`'s: the nearest global memory size by ratio, the first on a tie. A
 /// device's description does not tell hosts apart (PoCL names the CPU as KVM shows it), but
 /// the memory it reports does: 22 GB on the Intel Xeon host of `pocl-1core.profile`, 8 GB on
-/// the one of `pocl-1core-xeon2.profile`, whose CPUs run 15–20% apart.
+/// the one of `pocl-1core-xeon2.profile`, whose speeds differed by 9–18% (`docs/evaluation.md`).
 pub fn pick_host(device: &DeviceInfo, candidates: &[(PathBuf, DeviceInfo)]) -> Option<PathBuf> {
     let distance = |d: &DeviceInfo| {
         let ratio = d.global_mem_bytes.max(1) as f64 / device.global_mem_bytes.max(1) as f64;

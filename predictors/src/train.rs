@@ -510,23 +510,25 @@ pub fn train_from(
         };
         // The base's predictor of this executor, when it reads the same features.
         let base_exec = base.and_then(|b| {
-            let e = b.profile.executors.get(name);
-            if e.is_none_or(|e| e.features != feature_names(name, true)) {
+            let e = b
+                .profile
+                .executors
+                .get(name)
+                .filter(|e| e.features == feature_names(name, true));
+            if e.is_none() {
                 log(&format!(
                     "{name}: {} has no predictor of these features; trained from scratch",
                     b.name
                 ));
             }
-            e.filter(|e| e.features == feature_names(name, true))
+            e
         });
-        let prior_of = |x: &[Vec<f64>]| -> Vec<f64> {
-            base_exec.map_or_else(Vec::new, |e| {
-                x.iter().map(|r| e.predict_log_ms(r)).collect()
-            })
-        };
         let (mut cv_from_scratch, mut cv_corrected, mut corrects) = (None, None, None);
-        if let (Some(b), Some(_)) = (base, base_exec) {
-            let scored = search_from(&train_rows, &x, &prior_of(&x), &correction_grid(), cores)?;
+        // The base's log latency of the training rows, when the correction is chosen.
+        let mut train_prior = Vec::new();
+        if let (Some(b), Some(e)) = (base, base_exec) {
+            let prior: Vec<f64> = x.iter().map(|r| e.predict_log_ms(r)).collect();
+            let scored = search_from(&train_rows, &x, &prior, &correction_grid(), cores)?;
             if let Some((m, p)) = cheapest_within_tolerance(&scored) {
                 log(&format!(
                     "{name}: cv MAPE correcting {} {m:.2}%, from scratch {}",
@@ -537,12 +539,18 @@ pub fn train_from(
                 if cv.is_none_or(|c| m <= c) {
                     corrects = Some(b.name.clone());
                     (cv, params) = (Some(m), p);
+                    train_prior = prior;
                 }
             }
         }
-        let corrected = corrects.is_some();
-        let prior = |x: &[Vec<f64>]| if corrected { prior_of(x) } else { Vec::new() };
-        let trained = fit_from(&x, &y, &prior(&x), &params)?;
+        // The same for other rows (empty without the correction).
+        let prior = |x: &[Vec<f64>]| -> Vec<f64> {
+            match base_exec.filter(|_| corrects.is_some()) {
+                Some(e) => x.iter().map(|r| e.predict_log_ms(r)).collect(),
+                None => Vec::new(),
+            }
+        };
+        let trained = fit_from(&x, &y, &train_prior, &params)?;
         let tx: Vec<Vec<f64>> = test_rows.iter().map(|r| row_features(r, true)).collect();
         let ty: Vec<f64> = test_rows.iter().map(|r| r.ms).collect();
         let acc = accuracy(&trained.predict_ms_from(&tx, &prior(&tx)), &ty);
