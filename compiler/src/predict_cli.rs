@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tandem_predictors::dataset::{self, Row};
-use tandem_predictors::eval::{accuracies_json, evaluate, repeatability, to_json};
+use tandem_predictors::eval::{accuracies_json, evaluate, pooled, repeatability, to_json};
 use tandem_predictors::features::{Layer, OpKind};
 use tandem_predictors::measure::{self, progress_line, Limits, Plan};
 use tandem_predictors::Profile;
@@ -165,6 +165,11 @@ pub struct EvalArgs {
     /// a MAPE), the floor under any predictor's MAPE on this dataset.
     #[arg(long, value_name = "AGAIN.csv")]
     pub repeat: Option<PathBuf>,
+    /// Further measurements of the dataset's points taken at other times (repeatable): each
+    /// point is scored against the geometric mean of all its measurements, whose noise is
+    /// about `1/√k` of one run's. Points that one of them lacks are left out.
+    #[arg(long, value_name = "AGAIN.csv")]
+    pub pool: Vec<PathBuf>,
     /// Also write every point's prediction to this CSV (`config, executor, threads, c0, c1,
     /// ms, predicted_ms, error_percent`; error = predicted / measured − 1): where the errors
     /// lie.
@@ -666,7 +671,30 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
             r.device
         );
     }
-    let e = evaluate(&profile, &rows);
+    let others = args
+        .pool
+        .iter()
+        .map(|p| dataset::read(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let pool = pooled(&rows, &others);
+    if !others.is_empty() {
+        if pool.rows.is_empty() {
+            bail!(
+                "none of the points of {} is in every --pool measurement (measure them with \
+                 the same seed and options)",
+                args.dataset.display()
+            );
+        }
+        eprintln!(
+            "scored against the geometric mean of {} measurements per point: {} points ({} of \
+             {} left out, not in every measurement)",
+            1 + others.len(),
+            pool.rows.len(),
+            pool.dropped,
+            args.dataset.display()
+        );
+    }
+    let e = evaluate(&profile, &pool.rows);
     let floor = match &args.repeat {
         Some(path) => Some(repeatability(&rows, &dataset::read(path)?)),
         None => None,
@@ -724,7 +752,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         eprintln!("warning: {n} rows of executor '{name}' have no predictor in the profile");
     }
     if let Some(path) = &args.points {
-        write_points(path, &rows, &e.predicted)?;
+        write_points(path, &pool.rows, &e.predicted)?;
     }
     Ok(())
 }

@@ -167,6 +167,81 @@ fn eval_of_a_missing_dataset_names_it() {
     assert!(stderr.contains("no/such/data.csv"), "{stderr}");
 }
 
+#[test]
+fn a_pooled_eval_scores_against_the_geometric_mean_of_the_measurements() {
+    let profile_path = profiles().join("pocl-1core-xeon2.profile");
+    let first = profiles().join("pocl-1core-xeon2.fresh1.csv.gz");
+    let again = profiles().join("pocl-1core-xeon2.fresh1-again.csv.gz");
+    let out = tandem_ok(&[
+        OsStr::new("eval"),
+        profile_path.as_os_str(),
+        first.as_os_str(),
+        OsStr::new("--pool"),
+        again.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("geometric mean of 2 measurements"),
+        "{stderr}"
+    );
+
+    // The library's evaluation of the points both runs have, each at the geometric mean.
+    let a = dataset::read(&first).expect("shipped dataset");
+    let b = dataset::read(&again).expect("shipped dataset");
+    let pool = tandem_predictors::eval::pooled(&a, &[b.clone()]);
+    assert!(
+        pool.dropped > 0 && pool.rows.len() > 4000,
+        "{}",
+        pool.rows.len()
+    );
+    let expected = evaluate(&Profile::load(&profile_path).expect("profile"), &pool.rows);
+    for (name, acc) in &expected.executors {
+        let j = &json["executors"][name];
+        assert_eq!(j["n"].as_u64(), Some(acc.n as u64), "{name}");
+        assert!((j["mape"].as_f64().expect("mape") - acc.mape).abs() < 1e-9);
+    }
+    // A pooled point lies between its two measurements.
+    let second = |r: &dataset::Row| {
+        b.iter()
+            .find(|x| (&x.config, &x.executor, x.c0, x.c1) == (&r.config, &r.executor, r.c0, r.c1))
+            .expect("pooled points are in both runs")
+            .ms
+    };
+    for r in pool.rows.iter().step_by(97) {
+        let orig = a
+            .iter()
+            .find(|x| (&x.config, &x.executor, x.c0, x.c1) == (&r.config, &r.executor, r.c0, r.c1))
+            .expect("pooled points come from the first run");
+        let (lo, hi) = (orig.ms.min(second(r)), orig.ms.max(second(r)));
+        assert!(lo <= r.ms * (1.0 + 1e-12) && r.ms <= hi * (1.0 + 1e-12));
+    }
+
+    // Pooling with a run that shares no point with the dataset is an error naming it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let other = dir.path().join("other.csv");
+    let mut rows = b;
+    rows.truncate(10);
+    for r in &mut rows {
+        r.config = format!("{}-other", r.config);
+    }
+    dataset::write(&other, &rows).expect("write");
+    let out = tandem_with(&[
+        OsStr::new("eval"),
+        profile_path.as_os_str(),
+        first.as_os_str(),
+        OsStr::new("--pool"),
+        other.as_os_str(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fresh1.csv.gz") && stderr.contains("--pool"),
+        "{stderr}"
+    );
+}
+
 fn eval_json(profile: &Path, data: &Path) -> serde_json::Value {
     let out = tandem_ok(&[
         OsStr::new("eval"),

@@ -122,37 +122,29 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
     }
 }
 
+/// A point's identity across measurements of one dataset: configuration, executor, threads
+/// and channel range.
+type PointKey<'a> = (&'a str, &'a str, usize, usize, usize);
+
+fn point_key(r: &Row) -> PointKey<'_> {
+    (
+        r.config.as_str(),
+        r.executor.as_str(),
+        r.threads,
+        r.c0,
+        r.c1,
+    )
+}
+
 /// The measurement floor: the same points measured twice, `repeat` scored against `first` as
 /// if it were a prediction (points matched by configuration, executor, threads and channel
 /// range; unmatched points are ignored). No predictor can be expected to beat this MAPE on
 /// `first`, since the measurement itself moves that much between runs.
 pub fn repeatability(first: &[Row], repeat: &[Row]) -> BTreeMap<String, Accuracy> {
-    type Key<'a> = (&'a str, &'a str, usize, usize, usize);
-    let again: BTreeMap<Key<'_>, f64> = repeat
-        .iter()
-        .map(|r| {
-            (
-                (
-                    r.config.as_str(),
-                    r.executor.as_str(),
-                    r.threads,
-                    r.c0,
-                    r.c1,
-                ),
-                r.ms,
-            )
-        })
-        .collect();
+    let again: BTreeMap<PointKey<'_>, f64> = repeat.iter().map(|r| (point_key(r), r.ms)).collect();
     let mut pairs: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for r in first {
-        let k = (
-            r.config.as_str(),
-            r.executor.as_str(),
-            r.threads,
-            r.c0,
-            r.c1,
-        );
-        if let Some(&ms) = again.get(&k) {
+        if let Some(&ms) = again.get(&point_key(r)) {
             let entry = pairs.entry(r.executor.clone()).or_default();
             entry.0.push(ms);
             entry.1.push(r.ms);
@@ -162,6 +154,51 @@ pub fn repeatability(first: &[Row], repeat: &[Row]) -> BTreeMap<String, Accuracy
         .into_iter()
         .map(|(k, (p, m))| (k, accuracy(&p, &m)))
         .collect()
+}
+
+/// Several measurements of the same points pooled into one ([`pooled`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pooled {
+    /// The points of the first measurement that every other one has too, in its order, each
+    /// with the geometric mean of its latencies and its repetitions summed.
+    pub rows: Vec<Row>,
+    /// Points of the first measurement left out because another measurement lacks them.
+    pub dropped: usize,
+}
+
+/// Pools `first` with `others`, measurements of the same points taken at other times (e.g.
+/// `tandem profile` run again with the same seed). On a shared machine a configuration's
+/// points move together by several percent from one run to the next, so one measurement's
+/// latency is itself off by that much; the geometric mean of `k` independent runs is off by
+/// about `1/√k` of it. The geometric mean keeps the scale of a single run in log space (what
+/// the predictors fit), unlike the least of them. Points are matched as in [`repeatability`];
+/// a point some measurement lacks is dropped, so that every pooled point has all of them.
+pub fn pooled(first: &[Row], others: &[Vec<Row>]) -> Pooled {
+    let others: Vec<BTreeMap<PointKey<'_>, &Row>> = others
+        .iter()
+        .map(|rows| rows.iter().map(|r| (point_key(r), r)).collect())
+        .collect();
+    let mut rows = Vec::with_capacity(first.len());
+    let mut dropped = 0;
+    for r in first {
+        let key = point_key(r);
+        let Some(again) = others
+            .iter()
+            .map(|o| o.get(&key).copied())
+            .collect::<Option<Vec<&Row>>>()
+        else {
+            dropped += 1;
+            continue;
+        };
+        let mut p = r.clone();
+        if !again.is_empty() {
+            let log_sum = r.ms.ln() + again.iter().map(|a| a.ms.ln()).sum::<f64>();
+            p.ms = (log_sum / (1 + again.len()) as f64).exp();
+            p.reps += again.iter().map(|a| a.reps).sum::<usize>();
+        }
+        rows.push(p);
+    }
+    Pooled { rows, dropped }
 }
 
 /// `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}, "offset": {NAME: …},
@@ -214,5 +251,47 @@ mod tests {
         // One executor far off on its own does not move it: median of -20, 4, 5, 6 is 4.5.
         assert!((machine_offset(&offsets) - 4.5).abs() < 1e-12);
         assert_eq!(machine_offset(&BTreeMap::new()), 0.0);
+    }
+
+    fn point(config: &str, c1: usize, ms: f64) -> Row {
+        Row {
+            config: config.into(),
+            device: "gpu".into(),
+            cpu: "cpu".into(),
+            layer: crate::features::Layer::linear(1, 16, c1),
+            executor: "fully_connected".into(),
+            threads: 0,
+            c0: 0,
+            c1,
+            variant: "fully_connected".into(),
+            dispatch: Default::default(),
+            ms,
+            reps: 3,
+            sync_ms: 0.002,
+        }
+    }
+
+    #[test]
+    fn pooled_points_take_the_geometric_mean_of_every_measurement() {
+        let first = vec![point("a", 8, 1.0), point("a", 16, 2.0), point("b", 8, 4.0)];
+        let second = vec![point("b", 8, 1.0), point("a", 8, 4.0), point("a", 16, 2.0)];
+        // The third run lacks point ("a", 16): it is dropped.
+        let third = vec![point("a", 8, 2.0), point("b", 8, 2.0), point("c", 8, 9.0)];
+        let p = pooled(&first, &[second, third]);
+        assert_eq!(p.dropped, 1);
+        let got: Vec<(&str, usize, f64, usize)> = p
+            .rows
+            .iter()
+            .map(|r| (r.config.as_str(), r.c1, r.ms, r.reps))
+            .collect();
+        assert_eq!(got.len(), 2);
+        // (1 · 4 · 2)^(1/3) = 2 and (4 · 1 · 2)^(1/3) = 2, in the first measurement's order.
+        assert_eq!((got[0].0, got[0].1, got[0].3), ("a", 8, 9));
+        assert!((got[0].2 - 2.0).abs() < 1e-12, "{got:?}");
+        assert_eq!((got[1].0, got[1].1), ("b", 8));
+        assert!((got[1].2 - 2.0).abs() < 1e-12, "{got:?}");
+        // Pooling with nothing else is the first measurement, exactly.
+        let odd = vec![point("a", 8, 0.123_456_789)];
+        assert_eq!(pooled(&odd, &[]).rows, odd);
     }
 }
