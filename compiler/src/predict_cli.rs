@@ -9,8 +9,11 @@ use clap::Args;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tandem_predictors::bundle::ProbeSpeed;
 use tandem_predictors::dataset::{self, Row};
-use tandem_predictors::eval::{accuracies_json, evaluate, pooled, repeatability, to_json};
+use tandem_predictors::eval::{
+    accuracies_json, evaluate, pooled, probe_change, repeatability, to_json,
+};
 use tandem_predictors::features::{Layer, OpKind};
 use tandem_predictors::measure::{self, progress_line, Limits, Plan};
 use tandem_predictors::Profile;
@@ -699,11 +702,18 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         Some(path) => Some(repeatability(&rows, &dataset::read(path)?)),
         None => None,
     };
+    let profile_probe = profile.provenance.probe.as_ref();
+    let probe_change = probe_change(profile_probe, e.probe.as_ref());
     if args.json {
         let mut j = to_json(&e);
         if let Some(floor) = &floor {
             j["repeatability"] = accuracies_json(floor);
         }
+        j["probe"] = serde_json::json!({
+            "dataset": e.probe,
+            "profile": profile_probe,
+            "change_percent": {"gpu": probe_change[0], "cpu": probe_change[1]},
+        });
         println!("{j}");
     } else if let Some(floor) = &floor {
         println!(
@@ -747,6 +757,10 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
              factor (a diagnosis fitted on this dataset; MAPE is the accuracy).",
             e.machine_offset
         );
+        println!(
+            "{}",
+            probe_line(profile_probe, e.probe.as_ref(), probe_change)
+        );
     }
     for (name, n) in &e.unknown {
         eprintln!("warning: {n} rows of executor '{name}' have no predictor in the profile");
@@ -755,6 +769,43 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         write_points(path, &pool.rows, &e.predicted)?;
     }
     Ok(())
+}
+
+/// What the quiet gate's reference layer says of the machine's speed: per side, its time
+/// for the dataset and for the profile's training data, and the change.
+fn probe_line(
+    profile: Option<&ProbeSpeed>,
+    dataset: Option<&ProbeSpeed>,
+    change: [Option<f64>; 2],
+) -> String {
+    let Some(d) = dataset else {
+        return "reference layer: not recorded in this dataset (measured before tandem \
+                recorded it, or without the quiet gate)"
+            .into();
+    };
+    let side = |name: &str, now: Option<f64>, then: Option<f64>, change: Option<f64>| match (
+        now, then, change,
+    ) {
+        (Some(n), Some(t), Some(c)) => format!("{name} {n:.4} ms against {t:.4} ms ({c:+.1}%)"),
+        (Some(n), _, _) => format!("{name} {n:.4} ms (the profile's data did not record it)"),
+        _ => format!("{name} not recorded"),
+    };
+    format!(
+        "reference layer (the machine's speed by the quiet gate's probe, this dataset against \
+         the profile's training data): {}; {}",
+        side(
+            "GPU side",
+            d.gpu_ms,
+            profile.and_then(|p| p.gpu_ms),
+            change[0]
+        ),
+        side(
+            "CPU side",
+            d.cpu_ms,
+            profile.and_then(|p| p.cpu_ms),
+            change[1]
+        ),
+    )
 }
 
 /// Runs `tandem calibrate`.

@@ -60,6 +60,44 @@ pub struct Provenance {
     /// corrected executor's `params` name it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
+    /// The machine's speed while the training data were measured, by the quiet gate's
+    /// reference layer (`None`: no row recorded it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeSpeed>,
+}
+
+/// The machine's speed while a dataset was measured: per side, the median of its rows'
+/// `probe_ms` (the quiet gate's reference layer, [`crate::dataset::Row::probe_ms`]) and how
+/// many rows recorded one. A host whose speed moves between days moves this with it, so two
+/// datasets' probes say how much of their difference is the machine's.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct ProbeSpeed {
+    pub gpu_ms: Option<f64>,
+    pub gpu_rows: usize,
+    pub cpu_ms: Option<f64>,
+    pub cpu_rows: usize,
+}
+
+impl ProbeSpeed {
+    /// The speed of `rows` (`None` when no row recorded a probe).
+    pub fn of(rows: &[crate::dataset::Row]) -> Option<ProbeSpeed> {
+        let side = |cpu: bool| {
+            let mut v: Vec<f64> = rows
+                .iter()
+                .filter(|r| features::is_cpu(&r.executor) == cpu && r.probe_ms > 0.0)
+                .map(|r| r.probe_ms)
+                .collect();
+            let n = v.len();
+            ((n > 0).then(|| tandem_runtime::profile::median(&mut v)), n)
+        };
+        let ((gpu_ms, gpu_rows), (cpu_ms, cpu_rows)) = (side(false), side(true));
+        (gpu_rows + cpu_rows > 0).then_some(ProbeSpeed {
+            gpu_ms,
+            gpu_rows,
+            cpu_ms,
+            cpu_rows,
+        })
+    }
 }
 
 /// One executor's predictor.

@@ -24,7 +24,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The columns of a dataset, in order.
-pub const COLUMNS: [&str; 35] = [
+pub const COLUMNS: [&str; 36] = [
     "config",
     "device",
     "cpu",
@@ -60,10 +60,17 @@ pub const COLUMNS: [&str; 35] = [
     "reps",
     "sync_ms",
     "conv_groups",
+    "probe_ms",
 ];
 
 /// The columns of files written before `conv_groups` existed (still read: one group).
 const OLD_COLUMNS: usize = 34;
+
+/// The columns of files written before `probe_ms` existed (still read: no speed recorded).
+const NO_PROBE_COLUMNS: usize = 35;
+
+/// The column counts of the headers [`parse`] reads (the current one first).
+const HEADERS: [usize; 3] = [COLUMNS.len(), NO_PROBE_COLUMNS, OLD_COLUMNS];
 
 /// The GPU's dispatch decision as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -91,6 +98,11 @@ pub struct Row {
     pub ms: f64,
     pub reps: usize,
     pub sync_ms: f64,
+    /// The machine's speed while the row was measured: the median time (ms) of the quiet
+    /// gate's reference layer on the row's side (the GPU's for a GPU row, the CPU's for a CPU
+    /// row) in the probes around the rounds kept (`crate::quiet::Rounds`); 0 when not
+    /// recorded (the gate off, or a file older than the column).
+    pub probe_ms: f64,
 }
 
 /// Why a dataset could not be read or written.
@@ -217,7 +229,7 @@ impl Row {
         );
         let _ = write!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{:.6},{},{:.6},{}",
+            "{},{},{},{},{},{},{},{},{},{},{:.6},{},{:.6},{},{:.6}",
             d.block[0],
             d.block[1],
             d.block[2],
@@ -231,7 +243,8 @@ impl Row {
             self.ms,
             self.reps,
             self.sync_ms,
-            l.groups.max(1)
+            l.groups.max(1),
+            self.probe_ms
         );
         s
     }
@@ -379,6 +392,11 @@ fn parse_row(fields: &[String], columns: usize) -> Result<Row, String> {
         ms: num(31)?,
         reps: int(32)?,
         sync_ms: num(33)?,
+        probe_ms: if columns > NO_PROBE_COLUMNS {
+            num(35)?
+        } else {
+            0.0
+        },
     })
 }
 
@@ -421,11 +439,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Row>, DatasetError> {
         None => return Err(err(1, "empty file, expected a header line".into())),
     };
     let expected = COLUMNS.join(",");
-    let columns = if header.trim_end() == expected {
-        COLUMNS.len()
-    } else if header.trim_end() == COLUMNS[..OLD_COLUMNS].join(",") {
-        OLD_COLUMNS
-    } else {
+    let Some(columns) = header_columns(header) else {
         return Err(err(
             1,
             format!("header is not a tandem dataset header; expected: {expected}"),
@@ -442,6 +456,13 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Row>, DatasetError> {
     Ok(rows)
 }
 
+/// The column count of a dataset header: the current one or an older one ([`HEADERS`]).
+fn header_columns(header: &str) -> Option<usize> {
+    HEADERS
+        .into_iter()
+        .find(|&n| header.trim_end() == COLUMNS[..n].join(","))
+}
+
 /// Appends rows to a dataset file, writing the header first when the file is new or empty.
 pub struct Appender {
     file: std::fs::File,
@@ -449,9 +470,9 @@ pub struct Appender {
 }
 
 impl Appender {
-    /// Opens `path` for appending. A file written before the `conv_groups` column existed is
-    /// rewritten with it first (its rows keep one group), so that old and new rows share a
-    /// header.
+    /// Opens `path` for appending. A file written before the `conv_groups` or `probe_ms`
+    /// columns existed is rewritten with them first (its rows keep one group and no recorded
+    /// speed), so that old and new rows share a header.
     pub fn open(path: &Path) -> Result<Appender, DatasetError> {
         let io = |source| DatasetError::Io {
             path: path.to_path_buf(),
@@ -459,7 +480,7 @@ impl Appender {
         };
         if let Ok(text) = std::fs::read_to_string(path) {
             let header = text.lines().next().unwrap_or("");
-            if header.trim_end() == COLUMNS[..OLD_COLUMNS].join(",") {
+            if header_columns(header).is_some_and(|n| n < COLUMNS.len()) {
                 let rows = parse(&text, path)?;
                 write(path, &rows)?;
             }

@@ -1,6 +1,6 @@
 //! Evaluation of a profile on a dataset: MAPE and the share within ±10% per executor.
 
-use crate::bundle::{Accuracy, Profile};
+use crate::bundle::{Accuracy, ProbeSpeed, Profile};
 use crate::dataset::Row;
 use crate::features::row_features;
 use std::collections::BTreeMap;
@@ -52,6 +52,23 @@ pub struct Evaluation {
     pub unknown: BTreeMap<String, usize>,
     /// The prediction (ms) of each row of the dataset, in its order (`None`: no predictor).
     pub predicted: Vec<Option<f64>>,
+    /// The machine's speed while the dataset was measured (`None`: no row recorded it);
+    /// against the profile's own ([`probe_change`]), how far the machine alone moved.
+    pub probe: Option<ProbeSpeed>,
+}
+
+/// How much slower (+) or faster (−) the quiet gate's reference layer ran for `dataset`
+/// than for the profile's training data, in percent, per side (GPU, CPU); `None` for a side
+/// either lacks. To set beside the machine offset, which the layers themselves show.
+pub fn probe_change(
+    profile: Option<&ProbeSpeed>,
+    dataset: Option<&ProbeSpeed>,
+) -> [Option<f64>; 2] {
+    let change = |a: Option<f64>, b: Option<f64>| Some(100.0 * (b? / a? - 1.0));
+    match (profile, dataset) {
+        (Some(p), Some(d)) => [change(p.gpu_ms, d.gpu_ms), change(p.cpu_ms, d.cpu_ms)],
+        _ => [None, None],
+    }
 }
 
 /// The median of `measured[i] / predicted[i]`, minus 1, in percent (0 for no points).
@@ -119,6 +136,7 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
         machine_offset: machine,
         unknown,
         predicted,
+        probe: ProbeSpeed::of(rows),
     }
 }
 
@@ -268,6 +286,7 @@ mod tests {
             ms,
             reps: 3,
             sync_ms: 0.002,
+            probe_ms: 0.0,
         }
     }
 
@@ -293,5 +312,25 @@ mod tests {
         // Pooling with nothing else is the first measurement, exactly.
         let odd = vec![point("a", 8, 0.123_456_789)];
         assert_eq!(pooled(&odd, &[]).rows, odd);
+    }
+
+    #[test]
+    fn the_probe_change_is_per_side_and_needs_both_speeds() {
+        let then = ProbeSpeed {
+            gpu_ms: Some(1.0),
+            gpu_rows: 10,
+            cpu_ms: Some(0.2),
+            cpu_rows: 10,
+        };
+        let now = ProbeSpeed {
+            gpu_ms: Some(1.1),
+            cpu_ms: None,
+            ..then
+        };
+        let [gpu, cpu] = probe_change(Some(&then), Some(&now));
+        assert!((gpu.expect("both recorded") - 10.0).abs() < 1e-9);
+        assert_eq!(cpu, None, "the dataset lacks the CPU side");
+        assert_eq!(probe_change(None, Some(&now)), [None, None]);
+        assert_eq!(probe_change(Some(&then), None), [None, None]);
     }
 }

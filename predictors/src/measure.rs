@@ -539,7 +539,7 @@ pub fn run(
         // measured again.
         let mut rows = Vec::new();
         let mut dispatches = Vec::new();
-        let gpu_times = gated_rounds(
+        let gpu_rounds = gated_rounds(
             &mut bench,
             &mut gates.gpu,
             plan.rounds,
@@ -582,17 +582,19 @@ pub fn run(
             ms: 0.0,
             reps: 0,
             sync_ms: sync.median_ms,
+            probe_ms: 0.0,
         };
-        for ((&g, d), t) in gpu_points.iter().zip(&dispatches).zip(&gpu_times) {
+        for ((&g, d), t) in gpu_points.iter().zip(&dispatches).zip(&gpu_rounds.times) {
             let mut r = base(gpu_executor(layer.op, d.variant), 0, c - g, c);
             r.variant = d.variant.name().to_string();
             r.dispatch = record(d);
             r.ms = t.median_ms;
             r.reps = t.reps;
+            r.probe_ms = gpu_rounds.probe_ms.unwrap_or(0.0);
             rows.push(r);
         }
         for &t in &plan.threads {
-            let cpu_times = gated_rounds(
+            let cpu_rounds = gated_rounds(
                 &mut bench,
                 &mut gates.cpu,
                 plan.rounds,
@@ -604,10 +606,11 @@ pub fn run(
                 |b| Ok(vec![b.probe_cpu()?]),
             )
             .map_err(gpu_err)?;
-            for (&cc, timing) in cpu_points.iter().zip(&cpu_times) {
+            for (&cc, timing) in cpu_points.iter().zip(&cpu_rounds.times) {
                 let mut r = base(cpu_executor(layer.op, t), t, 0, cc);
                 r.ms = timing.median_ms;
                 r.reps = timing.reps;
+                r.probe_ms = cpu_rounds.probe_ms.unwrap_or(0.0);
                 rows.push(r);
             }
         }

@@ -25,7 +25,8 @@
 //!   whose recorded join was slow (data measured before the join was gated).
 //! - [`gated_rounds`] measures `rounds` quiet rounds of a set of points, at most twice as many
 //!   attempts; a point's latency is the least of its quiet round medians, or, when no round was
-//!   quiet, the least of all (counted in [`GateStats::noisy`]).
+//!   quiet, the least of all (counted in [`GateStats::noisy`]); it also gives the median
+//!   reference-layer time of the probes around those rounds, the machine's speed meanwhile.
 
 use crate::dataset::Row;
 use crate::features::is_cpu;
@@ -55,6 +56,8 @@ pub struct QuietGate {
     max_wait: Duration,
     /// Probes recorded so far (calibration counts them).
     probes: usize,
+    /// The reference layer's time (the first reading) of the latest probe.
+    last: Option<f64>,
 }
 
 /// One reading of a probe: its slack and its recent values.
@@ -155,6 +158,7 @@ impl QuietGate {
             readings: vec![Reading::new(slack)],
             max_wait,
             probes: 0,
+            last: None,
         }
     }
 
@@ -183,6 +187,7 @@ impl QuietGate {
     pub fn record(&mut self, probe: &[f64]) -> bool {
         debug_assert_eq!(probe.len(), self.readings.len(), "one value per reading");
         self.probes += 1;
+        self.last = probe.first().copied();
         // Every reading records its value, also after an earlier one was slow: each history
         // must hold every probe.
         let mut quiet = true;
@@ -231,6 +236,18 @@ fn fold(acc: &mut Option<Vec<Timing>>, round: &[Timing]) {
     }
 }
 
+/// What [`gated_rounds`] measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rounds {
+    /// Per point, the least of its quiet round medians (of all rounds when none was quiet),
+    /// with the repetitions of those rounds summed.
+    pub times: Vec<Timing>,
+    /// The median of the reference layer's times in the probes before and after the rounds
+    /// kept (of every round when none was quiet): the machine's speed while the points were
+    /// measured, recorded with them (`probe_ms`). `None` with the gate off (no probes).
+    pub probe_ms: Option<f64>,
+}
+
 /// Measures `rounds` rounds of a set of points with `round` (one timing per point, in a fixed
 /// order), each round between two probes of `gate` (`probe` gives the gate's readings: the
 /// reference layer's time on the same side first). See the module docs. The first attempt uses `measure`'s warm-up, later ones at
@@ -243,16 +260,18 @@ pub fn gated_rounds<B, E>(
     stats: &mut GateStats,
     mut round: impl FnMut(&mut B, &MeasureOptions) -> Result<Vec<Timing>, E>,
     mut probe: impl FnMut(&mut B) -> Result<Vec<f64>, E>,
-) -> Result<Vec<Timing>, E> {
+) -> Result<Rounds, E> {
     let rounds = rounds.max(1);
     let attempts = if gate.enabled() { 2 * rounds } else { rounds };
     let (mut quiet, mut all) = (None, None);
+    let (mut quiet_probes, mut all_probes) = (Vec::new(), Vec::new());
     let mut kept = 0;
     for attempt in 0..attempts {
         if kept == rounds {
             break;
         }
         let before = !gate.enabled() || gate.wait(stats, || probe(bench))?;
+        let probe_before = gate.last.filter(|_| gate.enabled());
         let options = MeasureOptions {
             warmup: if attempt == 0 {
                 measure.warmup
@@ -263,9 +282,12 @@ pub fn gated_rounds<B, E>(
         };
         let times = round(bench, &options)?;
         let after = !gate.enabled() || gate.record(&probe(bench)?);
+        let probes = [probe_before, gate.last.filter(|_| gate.enabled())];
         fold(&mut all, &times);
+        all_probes.extend(probes.iter().flatten());
         if before && after {
             fold(&mut quiet, &times);
+            quiet_probes.extend(probes.iter().flatten());
             kept += 1;
         } else {
             stats.discarded += 1;
@@ -274,7 +296,15 @@ pub fn gated_rounds<B, E>(
     if quiet.is_none() {
         stats.noisy += 1;
     }
-    Ok(quiet.or(all).unwrap_or_default())
+    let mut probes = if quiet.is_some() {
+        quiet_probes
+    } else {
+        all_probes
+    };
+    Ok(Rounds {
+        times: quiet.or(all).unwrap_or_default(),
+        probe_ms: (!probes.is_empty()).then(|| tandem_runtime::profile::median(&mut probes)),
+    })
 }
 
 #[cfg(test)]
@@ -336,6 +366,9 @@ mod tests {
             },
         )
         .expect("the fake bench never fails");
+        // The probes around the two quiet rounds ran at the quiet speed.
+        assert_eq!(times.probe_ms, Some(1.0));
+        let times = times.times;
         assert_eq!(
             times.iter().map(|t| t.median_ms).collect::<Vec<_>>(),
             [1.0, 2.0]
@@ -375,7 +408,13 @@ mod tests {
         .expect("the fake bench never fails");
         assert_eq!(stats.noisy, 1, "{stats:?}");
         assert_eq!(stats.discarded, 4, "{stats:?}");
-        assert_eq!(times[0].median_ms, 1.0, "the least of the four attempts");
+        assert_eq!(
+            times.times[0].median_ms, 1.0,
+            "the least of the four attempts"
+        );
+        // Without a quiet round, the speed is that of every probe around the rounds.
+        let speed = times.probe_ms.expect("probed");
+        assert!((1.0..=2.0).contains(&speed), "{speed}");
     }
 
     #[test]
@@ -424,8 +463,13 @@ mod tests {
             },
         )
         .expect("the fake bench never fails");
-        assert_eq!(times[0].median_ms, 0.002, "{stats:?}");
-        assert_eq!(times[0].reps, 1, "one quiet round kept");
+        assert_eq!(times.times[0].median_ms, 0.002, "{stats:?}");
+        assert_eq!(times.times[0].reps, 1, "one quiet round kept");
+        assert_eq!(
+            times.probe_ms,
+            Some(1.0),
+            "the reference layer's time, not the join's"
+        );
         assert_eq!(stats.discarded, 1, "{stats:?}");
     }
 
@@ -443,7 +487,8 @@ mod tests {
             |_| panic!("probed with the gate off"),
         )
         .expect("the fake bench never fails");
-        assert_eq!(times[0].reps, 3);
+        assert_eq!(times.times[0].reps, 3);
+        assert_eq!(times.probe_ms, None, "no probes, no speed");
         assert_eq!(stats, GateStats::default());
     }
 }

@@ -651,6 +651,7 @@ pub fn train_from(
                 format!("{} (dataset {}, trained {})", b.name, p.dataset, p.date)
             }),
             tandem_version: format!("tandem {}", env!("CARGO_PKG_VERSION")),
+            probe: crate::bundle::ProbeSpeed::of(rows),
             dataset: dataset_name.to_string(),
             samples: rows.len(),
             configs: configs.len(),

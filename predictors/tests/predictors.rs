@@ -73,6 +73,7 @@ fn synthetic_rows(configs: usize, seed: u64) -> Vec<Row> {
                 ms,
                 reps: 7,
                 sync_ms: 0.004,
+                probe_ms: 0.0,
             });
         }
         for c in measure::channel_points(l.cout, step, 5, &mut rng) {
@@ -91,6 +92,7 @@ fn synthetic_rows(configs: usize, seed: u64) -> Vec<Row> {
                 ms: 0.01 + x[10] / 5e9,
                 reps: 7,
                 sync_ms: 0.004,
+                probe_ms: 0.0,
             });
         }
     }
@@ -196,12 +198,10 @@ fn old_datasets_without_conv_groups_read_as_one_group_and_gconv_rows_round_trip(
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("old.csv");
     dataset::write(&path, &rows).expect("write");
-    // Strip the last column: the format before grouped convolutions.
+    // Strip the last two columns: the format before grouped convolutions (and probes).
     let text = std::fs::read_to_string(&path).expect("read");
-    let old: Vec<String> = text
-        .lines()
-        .map(|l| l.rsplit_once(',').expect("columns").0.to_string())
-        .collect();
+    let strip = |l: &str| l.rsplit_once(',').expect("columns").0.to_string();
+    let old: Vec<String> = text.lines().map(|l| strip(&strip(l))).collect();
     assert!(old[0].ends_with(",sync_ms"));
     std::fs::write(&path, old.join("\n") + "\n").expect("write");
     let back = dataset::read(&path).expect("an old dataset reads");
@@ -270,6 +270,58 @@ fn old_datasets_without_conv_groups_read_as_one_group_and_gconv_rows_round_trip(
     assert_eq!(f.len(), features::feature_names("cpu_gconv_t1", true).len());
     // FLOPs of a gconv part: 2 · pixels · k² · (cin / groups) per channel.
     assert_eq!(f[10], 2.0 * 64.0 * 9.0 * 8.0 * 16.0);
+}
+
+#[test]
+fn the_probe_speed_round_trips_and_older_files_read_without_it() {
+    let mut rows = synthetic_rows(4, 17);
+    for (i, r) in rows.iter_mut().enumerate() {
+        r.probe_ms = if features::is_cpu(&r.executor) {
+            0.25
+        } else {
+            0.5
+        } + 0.01 * (i % 3) as f64;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("probe.csv");
+    dataset::write(&path, &rows).expect("write");
+    let back = dataset::read(&path).expect("read");
+    for (a, b) in rows.iter().zip(&back) {
+        assert!((a.probe_ms - b.probe_ms).abs() < 1e-6);
+    }
+    // Per side, the median of the rows that recorded it.
+    let speed = tandem_predictors::bundle::ProbeSpeed::of(&back).expect("recorded");
+    let gpu_rows = rows
+        .iter()
+        .filter(|r| !features::is_cpu(&r.executor))
+        .count();
+    assert_eq!(
+        (speed.gpu_rows, speed.cpu_rows),
+        (gpu_rows, rows.len() - gpu_rows)
+    );
+    let near = |x: Option<f64>, lo: f64| x.is_some_and(|x| (lo..=lo + 0.02 + 1e-9).contains(&x));
+    assert!(
+        near(speed.gpu_ms, 0.5) && near(speed.cpu_ms, 0.25),
+        "{speed:?}"
+    );
+
+    // A file from before the column: no speed recorded, and appending upgrades its header.
+    let text = std::fs::read_to_string(&path).expect("read");
+    let old: Vec<String> = text
+        .lines()
+        .map(|l| l.rsplit_once(',').expect("columns").0.to_string())
+        .collect();
+    assert!(old[0].ends_with(",conv_groups"));
+    std::fs::write(&path, old.join("\n") + "\n").expect("write");
+    let back = dataset::read(&path).expect("an older dataset reads");
+    assert!(back.iter().all(|r| r.probe_ms == 0.0));
+    assert_eq!(tandem_predictors::bundle::ProbeSpeed::of(&back), None);
+    let mut a = dataset::Appender::open(&path).expect("opens");
+    a.append(&rows[..1]).expect("appends");
+    let back = dataset::read(&path).expect("reads");
+    assert_eq!(back.len(), rows.len() + 1);
+    assert!((back[rows.len()].probe_ms - rows[0].probe_ms).abs() < 1e-6);
+    assert_eq!(back[0].probe_ms, 0.0);
 }
 
 #[test]
@@ -547,6 +599,7 @@ fn cpu_part_row(l: &Layer, executor: &str, threads: usize, c: usize) -> Row {
         ms: 1.0,
         reps: 1,
         sync_ms: 0.0,
+        probe_ms: 0.0,
     }
 }
 

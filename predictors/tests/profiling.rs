@@ -59,6 +59,8 @@ fn profiling_records_the_dispatch_and_resumes() {
     let s = measure::run(&mut profiler, &out, first, &plan(), "cpu", |_| {}).expect("profiling");
     assert_eq!((s.measured, s.skipped), (3, 0));
     let rows = dataset::read(&out).expect("dataset");
+    // Without the quiet gate there are no probes, so no speed is recorded.
+    assert!(rows.iter().all(|r| r.probe_ms == 0.0));
     // Two rounds of one timed run each: every point's repetitions add up over the rounds.
     assert!(
         rows.iter().all(|r| r.reps == 2),
@@ -139,6 +141,9 @@ fn the_quiet_gate_probes_both_sides_and_keeps_quiet_rounds() {
     assert_eq!(rows.len(), s.rows);
     for r in &rows {
         assert!(r.ms > 0.0, "{r:?}");
+        // Each row records the speed of its side's reference layer while it was measured:
+        // both sides are timed on one core each, a fraction of a millisecond to some.
+        assert!(r.probe_ms > 0.0 && r.probe_ms < 1000.0, "{r:?}");
         if s.gate.discarded == 0 {
             assert_eq!(r.reps, 2, "{r:?} {:?}", s.gate);
         } else {
