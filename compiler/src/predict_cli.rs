@@ -160,7 +160,10 @@ pub struct EvalArgs {
     /// "machine_offset": …, "speed_adjusted": {NAME: …}}` (MAPE in percent; offset: the median
     /// of measured / predicted, minus 1, in percent; machine_offset: the median of the
     /// executors' offsets; speed_adjusted: the executors' accuracy with every prediction scaled
-    /// by that one factor; with `--repeat`, also `"repeatability"` of the executors' shape).
+    /// by that one factor; `"probe"`: the reference layer's speed of the dataset and of the
+    /// profile's data per side, and its change; `"probe_scaled"`: the accuracy with each side's
+    /// predictions scaled by that change, where both recorded it; with `--repeat`, also
+    /// `"repeatability"` of the executors' shape).
     #[arg(long)]
     pub json: bool,
     /// A second measurement of (some of) the dataset's points, e.g. `tandem profile` run again
@@ -761,6 +764,15 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
             "{}",
             probe_line(profile_probe, e.probe.as_ref(), probe_change)
         );
+        if !e.probe_scaled.is_empty() {
+            println!(
+                "\nScaled by the reference layer's change on each side (not fitted on these \
+                 latencies):\n\n| executor | probe-scaled MAPE | within ±10% |\n|---|---:|---:|"
+            );
+            for (name, a) in &e.probe_scaled {
+                println!("| {name} | {:.2}% | {:.1}% |", a.mape, a.within10 * 100.0);
+            }
+        }
     }
     for (name, n) in &e.unknown {
         eprintln!("warning: {n} rows of executor '{name}' have no predictor in the profile");

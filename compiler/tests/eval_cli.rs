@@ -186,6 +186,8 @@ fn a_pooled_eval_scores_against_the_geometric_mean_of_the_measurements() {
         stderr.contains("geometric mean of 2 measurements"),
         "{stderr}"
     );
+    // Neither these data nor the profile's recorded the reference layer's speed.
+    assert!(json["probe"]["dataset"].is_null() && json["probe"]["profile"].is_null());
 
     // The library's evaluation of the points both runs have, each at the geometric mean.
     let a = dataset::read(&first).expect("shipped dataset");

@@ -2,7 +2,7 @@
 
 use crate::bundle::{Accuracy, ProbeSpeed, Profile};
 use crate::dataset::Row;
-use crate::features::row_features;
+use crate::features::{is_cpu, row_features};
 use std::collections::BTreeMap;
 
 /// MAPE (percent) and the share within ±10% of predictions against measurements.
@@ -55,6 +55,10 @@ pub struct Evaluation {
     /// The machine's speed while the dataset was measured (`None`: no row recorded it);
     /// against the profile's own ([`probe_change`]), how far the machine alone moved.
     pub probe: Option<ProbeSpeed>,
+    /// Per executor whose side's probe both the profile and the dataset recorded, the
+    /// accuracy of every prediction scaled by that side's probe change: the machine's speed
+    /// taken out by the reference layer alone, not fitted on the dataset's latencies.
+    pub probe_scaled: BTreeMap<String, Accuracy>,
 }
 
 /// How much slower (+) or faster (−) the quiet gate's reference layer ran for `dataset`
@@ -120,6 +124,16 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
         .collect();
     let machine = machine_offset(&offset);
     let factor = 1.0 + machine / 100.0;
+    let probe = ProbeSpeed::of(rows);
+    let [gpu_change, cpu_change] = probe_change(profile.provenance.probe.as_ref(), probe.as_ref());
+    let probe_scaled = pairs
+        .iter()
+        .filter_map(|(k, (p, m))| {
+            let change = if is_cpu(k) { cpu_change } else { gpu_change }?;
+            let scaled: Vec<f64> = p.iter().map(|p| p * (1.0 + change / 100.0)).collect();
+            Some((k.clone(), accuracy(&scaled, m)))
+        })
+        .collect();
     Evaluation {
         executors: pairs
             .iter()
@@ -136,7 +150,8 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
         machine_offset: machine,
         unknown,
         predicted,
-        probe: ProbeSpeed::of(rows),
+        probe,
+        probe_scaled,
     }
 }
 
@@ -228,6 +243,7 @@ pub fn to_json(e: &Evaluation) -> serde_json::Value {
         "offset": e.offset,
         "machine_offset": e.machine_offset,
         "speed_adjusted": accuracies_json(&e.speed_adjusted),
+        "probe_scaled": accuracies_json(&e.probe_scaled),
     })
 }
 

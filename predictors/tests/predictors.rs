@@ -976,6 +976,66 @@ fn on_another_host(rows: &[Row], seed: u64) -> Vec<Row> {
         .collect()
 }
 
+/// A profile keeps the machine's speed its data were measured at (the reference layer's time
+/// per side), and an evaluation on data measured when the machine ran slower, its reference
+/// layer with it, scales each side's predictions by that side's change.
+#[test]
+fn a_profile_keeps_its_datas_probe_speed_and_eval_scales_by_its_change() {
+    let mut rows = synthetic_rows(40, 23);
+    let side = |r: &Row, gpu: f64, cpu: f64| {
+        if features::is_cpu(&r.executor) {
+            cpu
+        } else {
+            gpu
+        }
+    };
+    for r in &mut rows {
+        r.probe_ms = side(r, 1.0, 0.2);
+    }
+    let (profile, _) = trained(&rows);
+    let speed = profile.provenance.probe.expect("the data recorded it");
+    assert_eq!((speed.gpu_ms, speed.cpu_ms), (Some(1.0), Some(0.2)));
+    let json = serde_json::to_string(&profile).expect("serializes");
+    let back: Profile = serde_json::from_str(&json).expect("reads back");
+    assert_eq!(back.provenance.probe, Some(speed));
+
+    // The machine 12% slower on the GPU side and 8% on the CPU side, its probe with it.
+    let slower: Vec<Row> = rows
+        .iter()
+        .map(|r| Row {
+            ms: r.ms * side(r, 1.12, 1.08),
+            probe_ms: r.probe_ms * side(r, 1.12, 1.08),
+            ..r.clone()
+        })
+        .collect();
+    let same = evaluate(&profile, &rows);
+    let e = evaluate(&profile, &slower);
+    assert_eq!(e.probe_scaled.len(), e.executors.len());
+    for (name, scaled) in &e.probe_scaled {
+        let plain = same.executors[name].mape;
+        assert!(
+            (scaled.mape - plain).abs() < 1e-6,
+            "{name}: {scaled:?} against {plain}"
+        );
+        assert!(
+            e.executors[name].mape > plain,
+            "{name}: the drift shows unscaled"
+        );
+    }
+    // Data without probes, or a profile without them, scale nothing.
+    let unrecorded: Vec<Row> = rows
+        .iter()
+        .map(|r| Row {
+            probe_ms: 0.0,
+            ..r.clone()
+        })
+        .collect();
+    assert!(evaluate(&profile, &unrecorded).probe_scaled.is_empty());
+    let (old, _) = trained(&unrecorded);
+    assert_eq!(old.provenance.probe, None);
+    assert!(evaluate(&old, &slower).probe_scaled.is_empty());
+}
+
 /// A short measurement of a new host corrects a profile of another host's: the corrected
 /// executors are the base's trees followed by the correction's, chosen where cross-validation
 /// says so, and predict the new host far better than the base does.
