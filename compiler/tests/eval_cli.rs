@@ -186,8 +186,31 @@ fn a_pooled_eval_scores_against_the_geometric_mean_of_the_measurements() {
         stderr.contains("geometric mean of 2 measurements"),
         "{stderr}"
     );
-    // Neither these data nor the profile's recorded the reference layer's speed.
-    assert!(json["probe"]["dataset"].is_null() && json["probe"]["profile"].is_null());
+    // These data are older than the reference layer's record, the profile's data are not:
+    // nothing to scale by.
+    assert!(json["probe"]["dataset"].is_null(), "{}", json["probe"]);
+    assert!(json["probe"]["profile"]["gpu_ms"]
+        .as_f64()
+        .is_some_and(|ms| ms > 0.0));
+    assert!(json["probe_scaled"]
+        .as_object()
+        .is_some_and(|o| o.is_empty()));
+    // A fresh set that recorded it: each side's change, and every executor scaled by it.
+    let recorded = profiles().join("pocl-1core-xeon2.fresh4.csv.gz");
+    let j = eval_json(&profile_path, &recorded);
+    for side in ["gpu", "cpu"] {
+        let change = j["probe"]["change_percent"][side]
+            .as_f64()
+            .expect("a change");
+        assert!(change.abs() < 50.0, "{side}: {change}");
+    }
+    let scaled = j["probe_scaled"]
+        .as_object()
+        .expect("probe-scaled accuracies");
+    assert_eq!(
+        scaled.len(),
+        j["executors"].as_object().expect("executors").len()
+    );
 
     // The library's evaluation of the points both runs have, each at the geometric mean.
     let a = dataset::read(&first).expect("shipped dataset");

@@ -261,7 +261,6 @@ fn corun_datasets_give_the_profile_its_contention() {
         cpu_ms: 1.0,
         gpu_ms: 0.5,
         sync_ms: 0.0,
-        probe_ms: 0.0,
         // Excess 0.02 · i of the faster part.
         split_ms: 1.0 + 0.5 * 0.02 * i as f64,
     };
