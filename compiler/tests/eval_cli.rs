@@ -215,7 +215,7 @@ fn a_pooled_eval_scores_against_the_geometric_mean_of_the_measurements() {
     // The library's evaluation of the points both runs have, each at the geometric mean.
     let a = dataset::read(&first).expect("shipped dataset");
     let b = dataset::read(&again).expect("shipped dataset");
-    let pool = tandem_predictors::eval::pooled(&a, &[b.clone()]);
+    let pool = tandem_predictors::eval::pooled(&a, std::slice::from_ref(&b));
     assert!(
         pool.dropped > 0 && pool.rows.len() > 4000,
         "{}",

@@ -334,7 +334,7 @@ fn bad_csv_names_file_line_and_field() {
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
     let mut fields: Vec<String> = lines[3].split(',').map(String::from).collect();
     let n = fields.len();
-    fields[n - 4] = "fast".into(); // ms
+    fields[n - 5] = "fast".into(); // ms
     lines[3] = fields.join(",");
     std::fs::write(&path, lines.join("\n")).expect("write");
     let e = dataset::read(&path).expect_err("bad ms").to_string();
