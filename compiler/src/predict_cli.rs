@@ -11,9 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tandem_predictors::bundle::ProbeSpeed;
 use tandem_predictors::dataset::{self, Row};
-use tandem_predictors::eval::{
-    accuracies_json, evaluate, pooled, probe_change, repeatability, to_json,
-};
+use tandem_predictors::eval::{accuracies_json, evaluate, pooled, repeatability, to_json};
 use tandem_predictors::features::{Layer, OpKind};
 use tandem_predictors::measure::{self, progress_line, Limits, Plan};
 use tandem_predictors::Profile;
@@ -682,6 +680,19 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         .iter()
         .map(|p| dataset::read(p))
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some(first) = rows.first() {
+        for (path, other) in args.pool.iter().zip(&others) {
+            if let Some(r) = other.iter().find(|r| r.device != first.device) {
+                bail!(
+                    "--pool {}: measured on '{}', {} on '{}' (pool measurements of one device)",
+                    path.display(),
+                    r.device,
+                    args.dataset.display(),
+                    first.device
+                );
+            }
+        }
+    }
     let pool = pooled(&rows, &others);
     if !others.is_empty() {
         if pool.rows.is_empty() {
@@ -706,7 +717,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         None => None,
     };
     let profile_probe = profile.provenance.probe.as_ref();
-    let probe_change = probe_change(profile_probe, e.probe.as_ref());
+    let probe_change = e.probe_change;
     if args.json {
         let mut j = to_json(&e);
         if let Some(floor) = &floor {

@@ -415,18 +415,22 @@ fn a_base_profile_of_the_same_device_is_corrected_and_another_device_refused() {
         assert_eq!(e.params["base_trees"], b.forest.trees.len());
     }
 
+    // `tandem train` with `base`, which must fail: its stderr.
+    let refused = |base: &Path| {
+        let run = tandem()
+            .arg("train")
+            .arg(&data)
+            .arg("--base")
+            .arg(base)
+            .arg("-o")
+            .arg(dir.path().join("no.profile"))
+            .output()
+            .expect("tandem train");
+        assert!(!run.status.success());
+        String::from_utf8_lossy(&run.stderr).into_owned()
+    };
     // The AMD host's profile is another device.
-    let run = tandem()
-        .arg("train")
-        .arg(&data)
-        .arg("--base")
-        .arg(profiles().join("pocl-1core-epyc.profile"))
-        .arg("-o")
-        .arg(dir.path().join("no.profile"))
-        .output()
-        .expect("tandem train");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(!run.status.success());
+    let stderr = refused(&profiles().join("pocl-1core-epyc.profile"));
     assert!(
         stderr.contains("--base") && stderr.contains("AuthenticAMD") && stderr.contains("Intel"),
         "{stderr}"
@@ -434,17 +438,6 @@ fn a_base_profile_of_the_same_device_is_corrected_and_another_device_refused() {
     assert!(!dir.path().join("no.profile").exists());
 
     // A base that is not there is named.
-    let missing = dir.path().join("missing.profile");
-    let run = tandem()
-        .arg("train")
-        .arg(&data)
-        .arg("--base")
-        .arg(&missing)
-        .arg("-o")
-        .arg(dir.path().join("no.profile"))
-        .output()
-        .expect("tandem train");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(!run.status.success());
+    let stderr = refused(&dir.path().join("missing.profile"));
     assert!(stderr.contains("missing.profile"), "{stderr}");
 }

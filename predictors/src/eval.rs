@@ -55,6 +55,8 @@ pub struct Evaluation {
     /// The machine's speed while the dataset was measured (`None`: no row recorded it);
     /// against the profile's own ([`probe_change`]), how far the machine alone moved.
     pub probe: Option<ProbeSpeed>,
+    /// [`probe_change`] of the profile's probe speed and [`Evaluation::probe`]: GPU, CPU side.
+    pub probe_change: [Option<f64>; 2],
     /// Per executor whose side's probe both the profile and the dataset recorded, the
     /// accuracy of every prediction scaled by that side's probe change: the machine's speed
     /// taken out by the reference layer alone, not fitted on the dataset's latencies.
@@ -125,7 +127,8 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
     let machine = machine_offset(&offset);
     let factor = 1.0 + machine / 100.0;
     let probe = ProbeSpeed::of(rows);
-    let [gpu_change, cpu_change] = probe_change(profile.provenance.probe.as_ref(), probe.as_ref());
+    let change = probe_change(profile.provenance.probe.as_ref(), probe.as_ref());
+    let [gpu_change, cpu_change] = change;
     let probe_scaled = pairs
         .iter()
         .filter_map(|(k, (p, m))| {
@@ -151,6 +154,7 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
         unknown,
         predicted,
         probe,
+        probe_change: change,
         probe_scaled,
     }
 }

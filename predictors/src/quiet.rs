@@ -271,7 +271,8 @@ pub fn gated_rounds<B, E>(
             break;
         }
         let before = !gate.enabled() || gate.wait(stats, || probe(bench))?;
-        let probe_before = gate.last.filter(|_| gate.enabled());
+        // The gate records probes only while on, so `last` is `None` with it off.
+        let probe_before = gate.last;
         let options = MeasureOptions {
             warmup: if attempt == 0 {
                 measure.warmup
@@ -282,7 +283,7 @@ pub fn gated_rounds<B, E>(
         };
         let times = round(bench, &options)?;
         let after = !gate.enabled() || gate.record(&probe(bench)?);
-        let probes = [probe_before, gate.last.filter(|_| gate.enabled())];
+        let probes = [probe_before, gate.last];
         fold(&mut all, &times);
         all_probes.extend(probes.iter().flatten());
         if before && after {
