@@ -54,6 +54,13 @@ pub struct ProfileArgs {
     /// medians (reproducible on a machine whose load changes).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Measurements of each configuration, a block of 64 configurations (a minute or two)
+    /// apart: the machine's slow phases of tens of seconds move all of a configuration's
+    /// points together, and rounds seconds apart share them; passes a block apart do not.
+    /// `tandem train` and `tandem eval` pool a point's passes (geometric mean). An
+    /// interrupted run resumes with the passes still missing
+    #[arg(long, default_value_t = 1)]
+    pub passes: usize,
     /// Quiet gate, in percent: a round is kept only when a fixed reference layer, timed on the
     /// same core before and after it, is within this much of its quiet time; rounds measured
     /// in a slow phase of the machine are measured again (0 keeps every round).
@@ -382,6 +389,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         seed: args.seed,
         points: args.points.max(1),
         rounds: args.rounds.max(1),
+        passes: args.passes.max(1),
         quiet_slack: args.quiet_gate / 100.0,
         sync_slack: args.sync_gate / 100.0,
         limits,
@@ -435,14 +443,28 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     );
     let summary = measure::run(&mut profiler, &args.out, &configs, &plan, &cpu, progress)?;
     eprintln!();
-    println!(
-        "measured {} configurations ({} rows) into {}; {} already there; {} left for lack of time",
-        summary.measured,
-        summary.rows,
-        args.out.display(),
-        summary.skipped,
-        summary.out_of_budget
-    );
+    if plan.passes > 1 {
+        println!(
+            "measured {} passes over configurations ({} rows) into {}; {} configurations \
+             already measured {} times; {} passes left for lack of time",
+            summary.measured,
+            summary.rows,
+            args.out.display(),
+            summary.skipped,
+            plan.passes,
+            summary.out_of_budget
+        );
+    } else {
+        println!(
+            "measured {} configurations ({} rows) into {}; {} already there; {} left for lack \
+             of time",
+            summary.measured,
+            summary.rows,
+            args.out.display(),
+            summary.skipped,
+            summary.out_of_budget
+        );
+    }
     if plan.quiet_slack > 0.0 {
         let g = summary.gate;
         println!(

@@ -432,6 +432,7 @@ pub fn measure(
         elapsed: start.elapsed(),
         eta: Duration::ZERO,
         current: "done".into(),
+        unit: "configs",
     });
     Ok(summary)
 }

@@ -400,9 +400,101 @@ fn parse_row(fields: &[String], columns: usize) -> Result<Row, String> {
     })
 }
 
-/// Reads a dataset (plain CSV, or gzip-compressed when the name ends in `.gz`).
+/// Reads a dataset (plain CSV, or gzip-compressed when the name ends in `.gz`) with one row
+/// per point: the measurements of a point taken in several passes (`tandem profile
+/// --passes`) are pooled into one ([`pool_repeats`]).
 pub fn read(path: &Path) -> Result<Vec<Row>, DatasetError> {
+    Ok(pool_repeats(read_measurements(path)?))
+}
+
+/// Reads every row of a dataset as stored, a point measured in several passes once per pass.
+pub fn read_measurements(path: &Path) -> Result<Vec<Row>, DatasetError> {
     parse(&read_text(path)?, path)
+}
+
+/// What identifies a measured point: its configuration, executor, threads and channel range.
+pub type PointKey<'a> = (&'a str, &'a str, usize, usize, usize);
+
+impl Row {
+    /// The point this row measures ([`PointKey`]).
+    pub fn point_key(&self) -> PointKey<'_> {
+        (
+            self.config.as_str(),
+            self.executor.as_str(),
+            self.threads,
+            self.c0,
+            self.c1,
+        )
+    }
+
+    /// This measurement pooled with `others` of the same point: the geometric mean of the
+    /// latencies (the noise of `k` independent measurements is about `1/√k` of one's, and the
+    /// geometric mean keeps the typical latency, unlike the least), repetitions summed, the
+    /// joins' and the reference layer's times by their geometric means too (the reference
+    /// layer's over the measurements that recorded it).
+    pub fn pooled_with(&self, others: &[&Row]) -> Row {
+        let mut p = self.clone();
+        if others.is_empty() {
+            return p;
+        }
+        let all = || std::iter::once(self).chain(others.iter().copied());
+        let geomean = |v: Vec<f64>| {
+            let n = v.len() as f64;
+            (v.iter().map(|x| x.ln()).sum::<f64>() / n).exp()
+        };
+        p.ms = geomean(all().map(|r| r.ms).collect());
+        p.reps = all().map(|r| r.reps).sum();
+        let joins: Vec<f64> = all().map(|r| r.sync_ms).filter(|&x| x > 0.0).collect();
+        if !joins.is_empty() {
+            p.sync_ms = geomean(joins);
+        }
+        let probes: Vec<f64> = all().map(|r| r.probe_ms).filter(|&x| x > 0.0).collect();
+        p.probe_ms = if probes.is_empty() {
+            0.0
+        } else {
+            geomean(probes)
+        };
+        p
+    }
+}
+
+/// One row per point: the rows of a point measured more than once (`tandem profile
+/// --passes`) pooled by [`Row::pooled_with`] at the place of its first row; other rows as they
+/// are, in their order.
+pub fn pool_repeats(rows: Vec<Row>) -> Vec<Row> {
+    let mut index: std::collections::HashMap<PointKey<'_>, Vec<usize>> =
+        std::collections::HashMap::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        index.entry(r.point_key()).or_default().push(i);
+    }
+    if index.len() == rows.len() {
+        return rows;
+    }
+    let mut out = Vec::with_capacity(index.len());
+    for (i, r) in rows.iter().enumerate() {
+        let same = &index[&r.point_key()];
+        if same[0] == i {
+            let others: Vec<&Row> = same[1..].iter().map(|&j| &rows[j]).collect();
+            out.push(r.pooled_with(&others));
+        }
+    }
+    out
+}
+
+/// How many times each configuration of `rows` was measured: the most rows any one of its
+/// points has (a pass measures every point of a configuration once).
+pub fn passes_per_config(rows: &[Row]) -> std::collections::HashMap<&str, usize> {
+    let mut points: std::collections::HashMap<PointKey<'_>, usize> =
+        std::collections::HashMap::new();
+    for r in rows {
+        *points.entry(r.point_key()).or_default() += 1;
+    }
+    let mut passes = std::collections::HashMap::new();
+    for (key, n) in points {
+        let e = passes.entry(key.0).or_insert(0);
+        *e = n.max(*e);
+    }
+    passes
 }
 
 /// The text of a file, decompressed when its name ends in `.gz`.
@@ -536,5 +628,56 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), DatasetError> {
         std::fs::write(path, bytes).map_err(io)
     } else {
         std::fs::write(path, text).map_err(io)
+    }
+}
+
+/// A GPU row of a linear layer measured `ms` (tests of the readers and the evaluation).
+#[cfg(test)]
+pub(crate) fn test_point(config: &str, c1: usize, ms: f64, probe_ms: f64) -> Row {
+    Row {
+        config: config.into(),
+        device: "gpu".into(),
+        cpu: "cpu".into(),
+        layer: Layer::linear(1, 16, c1),
+        executor: "fully_connected".into(),
+        threads: 0,
+        c0: 0,
+        c1,
+        variant: "fully_connected".into(),
+        dispatch: Default::default(),
+        ms,
+        reps: 3,
+        sync_ms: 0.002,
+        probe_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_points_pool_at_their_first_place_and_others_stay_as_they_are() {
+        let rows = vec![
+            test_point("a", 8, 1.0, 1.0),
+            test_point("a", 16, 5.0, 0.0),
+            test_point("b", 8, 3.0, 0.0),
+            test_point("a", 8, 4.0, 4.0),
+            test_point("a", 8, 2.0, 0.0),
+        ];
+        let counts = passes_per_config(&rows);
+        assert_eq!((counts["a"], counts["b"]), (3, 1));
+        let pooled = pool_repeats(rows.clone());
+        assert_eq!(pooled.len(), 3);
+        // (1 · 4 · 2)^(1/3) = 2; repetitions summed; the reference layer over the two
+        // measurements that recorded it: (1 · 4)^(1/2) = 2.
+        assert_eq!((pooled[0].config.as_str(), pooled[0].c1), ("a", 8));
+        assert!((pooled[0].ms - 2.0).abs() < 1e-12, "{:?}", pooled[0]);
+        assert!((pooled[0].probe_ms - 2.0).abs() < 1e-12, "{:?}", pooled[0]);
+        assert!((pooled[0].sync_ms - 0.002).abs() < 1e-15);
+        assert_eq!(pooled[0].reps, 9);
+        assert_eq!(pooled[1..], rows[1..3]);
+        // Without repeats, nothing changes.
+        assert_eq!(pool_repeats(rows[..3].to_vec()), rows[..3].to_vec());
     }
 }

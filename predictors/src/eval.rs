@@ -1,7 +1,7 @@
 //! Evaluation of a profile on a dataset: MAPE and the share within ±10% per executor.
 
 use crate::bundle::{Accuracy, ProbeSpeed, Profile};
-use crate::dataset::Row;
+use crate::dataset::{PointKey, Row};
 use crate::features::{is_cpu, row_features};
 use std::collections::BTreeMap;
 
@@ -161,27 +161,15 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
 
 /// A point's identity across measurements of one dataset: configuration, executor, threads
 /// and channel range.
-type PointKey<'a> = (&'a str, &'a str, usize, usize, usize);
-
-fn point_key(r: &Row) -> PointKey<'_> {
-    (
-        r.config.as_str(),
-        r.executor.as_str(),
-        r.threads,
-        r.c0,
-        r.c1,
-    )
-}
-
 /// The measurement floor: the same points measured twice, `repeat` scored against `first` as
 /// if it were a prediction (points matched by configuration, executor, threads and channel
 /// range; unmatched points are ignored). No predictor can be expected to beat this MAPE on
 /// `first`, since the measurement itself moves that much between runs.
 pub fn repeatability(first: &[Row], repeat: &[Row]) -> BTreeMap<String, Accuracy> {
-    let again: BTreeMap<PointKey<'_>, f64> = repeat.iter().map(|r| (point_key(r), r.ms)).collect();
+    let again: BTreeMap<PointKey<'_>, f64> = repeat.iter().map(|r| (r.point_key(), r.ms)).collect();
     let mut pairs: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for r in first {
-        if let Some(&ms) = again.get(&point_key(r)) {
+        if let Some(&ms) = again.get(&r.point_key()) {
             let entry = pairs.entry(r.executor.clone()).or_default();
             entry.0.push(ms);
             entry.1.push(r.ms);
@@ -213,12 +201,12 @@ pub struct Pooled {
 pub fn pooled(first: &[Row], others: &[Vec<Row>]) -> Pooled {
     let others: Vec<BTreeMap<PointKey<'_>, &Row>> = others
         .iter()
-        .map(|rows| rows.iter().map(|r| (point_key(r), r)).collect())
+        .map(|rows| rows.iter().map(|r| (r.point_key(), r)).collect())
         .collect();
     let mut rows = Vec::with_capacity(first.len());
     let mut dropped = 0;
     for r in first {
-        let key = point_key(r);
+        let key = r.point_key();
         let Some(again) = others
             .iter()
             .map(|o| o.get(&key).copied())
@@ -227,12 +215,7 @@ pub fn pooled(first: &[Row], others: &[Vec<Row>]) -> Pooled {
             dropped += 1;
             continue;
         };
-        let mut p = r.clone();
-        if !again.is_empty() {
-            let log_sum = r.ms.ln() + again.iter().map(|a| a.ms.ln()).sum::<f64>();
-            p.ms = (log_sum / (1 + again.len()) as f64).exp();
-            p.reps += again.iter().map(|a| a.reps).sum::<usize>();
-        }
+        let p = r.pooled_with(&again);
         rows.push(p);
     }
     Pooled { rows, dropped }
@@ -292,22 +275,7 @@ mod tests {
     }
 
     fn point(config: &str, c1: usize, ms: f64) -> Row {
-        Row {
-            config: config.into(),
-            device: "gpu".into(),
-            cpu: "cpu".into(),
-            layer: crate::features::Layer::linear(1, 16, c1),
-            executor: "fully_connected".into(),
-            threads: 0,
-            c0: 0,
-            c1,
-            variant: "fully_connected".into(),
-            dispatch: Default::default(),
-            ms,
-            reps: 3,
-            sync_ms: 0.002,
-            probe_ms: 0.0,
-        }
+        crate::dataset::test_point(config, c1, ms, 0.0)
     }
 
     #[test]

@@ -17,7 +17,7 @@
 use crate::dataset::{self, config_key, Appender, DatasetError, Row};
 use crate::features::{cpu_executor, gpu_executor, record, Layer, OpKind};
 use crate::quiet::{gated_rounds, GateStats, QuietGate};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tandem_runtime::gpu::device::DeviceInfo;
@@ -58,6 +58,11 @@ pub struct Plan {
     /// Rounds over a configuration's points: each point is measured once per round, and its
     /// latency is the least of its round medians (see [`run`]).
     pub rounds: usize,
+    /// Measurements of each configuration, at least a minute apart ([`PASS_BLOCK`]): a
+    /// configuration's points move together by several percent with the machine's phases of
+    /// tens of seconds, which rounds a few seconds apart share; passes a block apart do not,
+    /// and readers pool them ([`dataset::pool_repeats`]). 1 measures each configuration once.
+    pub passes: usize,
     /// Slack of the quiet gates ([`crate::quiet`]): a round is kept when the probes around it
     /// are within this fraction of the probe's quiet time; 0 keeps every round.
     pub quiet_slack: f64,
@@ -367,6 +372,8 @@ pub struct Progress {
     /// Estimated time left (by the mean time per configuration, capped by the budget).
     pub eta: Duration,
     pub current: String,
+    /// What `done` and `total` count: `configs`, or `config passes` with [`Plan::passes`].
+    pub unit: &'static str,
 }
 
 /// Renders a progress line: `[#####-----] 12/40 configs  1m02s elapsed  ETA 3m30s  conv:…`.
@@ -378,11 +385,12 @@ pub fn progress_line(p: &Progress) -> String {
         format!("{}m{:02}s", s / 60, s % 60)
     };
     format!(
-        "[{}{}] {}/{} configs  {} elapsed  ETA {}  {}",
+        "[{}{}] {}/{} {}  {} elapsed  ETA {}  {}",
         "#".repeat(filled.min(width)),
         "-".repeat(width - filled.min(width)),
         p.done,
         p.total,
+        p.unit,
         fmt(p.elapsed),
         fmt(p.eta),
         p.current
@@ -456,8 +464,32 @@ pub fn schedule(models: &[Layer], random: &[Layer], ops: &[OpKind], limits: &Lim
     out
 }
 
-/// Measures every configuration of `configs` not already in `out` (resume), appending rows per
-/// configuration; stops when the budget is spent. `cpu` describes the CPU for the rows.
+/// Configurations measured in a block with [`Plan::passes`] above 1: each block is measured
+/// once, then again in the same order, so that a configuration's passes lie one block apart
+/// (about a minute and a half here, where the machine's slow phases stop correlating after
+/// some 40 configurations).
+pub const PASS_BLOCK: usize = 64;
+
+/// The measurements a run makes: per block of [`PASS_BLOCK`] configurations, each pass over
+/// the block's configurations that `done` (passes already in the file) leaves short of
+/// `passes`, in the block's order.
+fn jobs<'a>(configs: &'a [Layer], done: &HashMap<&str, usize>, passes: usize) -> Vec<&'a Layer> {
+    let mut out = Vec::new();
+    for block in configs.chunks(PASS_BLOCK) {
+        for pass in 0..passes {
+            out.extend(
+                block
+                    .iter()
+                    .filter(|l| done.get(config_key(l).as_str()).copied().unwrap_or(0) <= pass),
+            );
+        }
+    }
+    out
+}
+
+/// Measures every configuration of `configs` [`Plan::passes`] times, less the passes already
+/// in `out` (resume), appending rows per configuration and pass; stops when the budget is
+/// spent. `cpu` describes the CPU for the rows.
 pub fn run(
     profiler: &mut Profiler,
     out: &Path,
@@ -468,7 +500,7 @@ pub fn run(
 ) -> Result<Summary, ProfileRunError> {
     let device = profiler.device().label();
     let existing = if out.exists() && std::fs::metadata(out).is_ok_and(|m| m.len() > 0) {
-        dataset::read(out)?
+        dataset::read_measurements(out)?
     } else {
         Vec::new()
     };
@@ -479,12 +511,21 @@ pub fn run(
             this: device,
         });
     }
-    let done: HashSet<&str> = existing.iter().map(|r| r.config.as_str()).collect();
-    let todo: Vec<&Layer> = configs
+    let passes = plan.passes.max(1);
+    let done = dataset::passes_per_config(&existing);
+    let todo = jobs(configs, &done, passes);
+    let unit = if passes > 1 {
+        "config passes"
+    } else {
+        "configs"
+    };
+    let skipped = configs
         .iter()
-        .filter(|l| !done.contains(config_key(l).as_str()))
-        .collect();
-    let skipped = configs.len() - todo.len();
+        .filter(|l| {
+            done.get(config_key(l).as_str())
+                .is_some_and(|&n| n >= passes)
+        })
+        .count();
     let mut appender = Appender::open(out)?;
     let start = Instant::now();
     let mut summary = Summary {
@@ -512,10 +553,13 @@ pub fn run(
     };
     for (i, layer) in todo.iter().enumerate() {
         let key = config_key(layer);
-        let Some(line) = progress_before(start, i, todo.len(), plan.budget, skipped, &key) else {
+        let Some(mut line) =
+            progress_before(start, i, todo.len(), plan.budget, skipped * passes, &key)
+        else {
             summary.out_of_budget = todo.len() - i;
             break;
         };
+        line.unit = unit;
         progress(&line);
         let gpu_err = |source| ProfileRunError::Gpu {
             config: key.clone(),
@@ -619,12 +663,13 @@ pub fn run(
         summary.rows += rows.len();
     }
     progress(&Progress {
-        done: skipped + summary.measured,
-        total: configs.len(),
+        done: skipped * passes + summary.measured,
+        total: skipped * passes + todo.len(),
         skipped,
         elapsed: start.elapsed(),
         eta: Duration::ZERO,
         current: "done".into(),
+        unit,
     });
     Ok(summary)
 }
@@ -660,6 +705,7 @@ pub(crate) fn progress_before(
         elapsed,
         eta,
         current: key.to_string(),
+        unit: "configs",
     })
 }
 
@@ -704,5 +750,28 @@ mod tests {
         assert!(expected.len() >= 5, "{} large draws", expected.len());
         let filtered = random_layers_where(&ops, expected.len(), 7, &limits, large);
         assert_eq!(filtered, expected);
+    }
+
+    #[test]
+    fn passes_go_block_by_block_and_skip_what_the_file_has() {
+        let layers: Vec<Layer> = (1..=PASS_BLOCK + 6).map(|c| depthwise(8, c)).collect();
+        let keys: Vec<String> = layers.iter().map(config_key).collect();
+        let order = |done: &HashMap<&str, usize>, passes| -> Vec<usize> {
+            jobs(&layers, done, passes).iter().map(|l| l.cout).collect()
+        };
+        let none = HashMap::new();
+        let once: Vec<usize> = (1..=PASS_BLOCK + 6).collect();
+        assert_eq!(order(&none, 1), once);
+        // Each block twice in its order: a configuration's passes lie one block apart.
+        let mut twice: Vec<usize> = (1..=PASS_BLOCK).chain(1..=PASS_BLOCK).collect();
+        twice.extend((PASS_BLOCK + 1..=PASS_BLOCK + 6).chain(PASS_BLOCK + 1..=PASS_BLOCK + 6));
+        assert_eq!(order(&none, 2), twice);
+        // Configuration 1 measured once, configuration 2 twice: only their missing passes.
+        let done: HashMap<&str, usize> = [(keys[0].as_str(), 1), (keys[1].as_str(), 2)].into();
+        let got = order(&done, 2);
+        assert_eq!(got.len(), twice.len() - 3);
+        assert_eq!(got.iter().filter(|&&c| c == 1).count(), 1);
+        assert!(!got.contains(&2));
+        assert_eq!(order(&done, 1), once[2..].to_vec());
     }
 }

@@ -17,6 +17,7 @@ fn plan() -> Plan {
         seed: 3,
         points: 3,
         rounds: 2,
+        passes: 1,
         quiet_slack: 0.0,
         sync_slack: 0.0,
         limits: Limits::default(),
@@ -29,6 +30,14 @@ fn plan() -> Plan {
             gpu_from_idle: false,
         },
         setting: "test".into(),
+    }
+}
+
+/// The OpenCL device's profiler; these tests need one (PoCL here), and fail without it.
+fn profiler() -> Profiler {
+    match Profiler::open(false) {
+        Ok(p) => p,
+        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
     }
 }
 
@@ -47,10 +56,7 @@ fn small_layers() -> Vec<Layer> {
 
 #[test]
 fn profiling_records_the_dispatch_and_resumes() {
-    let mut profiler = match Profiler::open(false) {
-        Ok(p) => p,
-        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
-    };
+    let mut profiler = profiler();
     let dev = profiler.device().clone();
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("d.csv");
@@ -100,15 +106,58 @@ fn profiling_records_the_dispatch_and_resumes() {
     assert_eq!((s.measured, s.out_of_budget), (0, 1));
 }
 
+/// With `passes`, every configuration is measured that many times: the file keeps each pass's
+/// rows, readers pool a point's passes into one row, and a run with more passes measures only
+/// the passes still missing.
+#[test]
+fn passes_measure_each_configuration_again_and_readers_pool_them() {
+    let mut profiler = profiler();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("d.csv");
+    let layers = &small_layers()[..2];
+    let mut p = plan();
+    p.threads = vec![1];
+    p.passes = 2;
+    let s = measure::run(&mut profiler, &out, layers, &p, "cpu", |_| {}).expect("profiling");
+    assert_eq!((s.measured, s.skipped), (4, 0));
+    let stored = dataset::read_measurements(&out).expect("dataset");
+    assert_eq!(stored.len(), s.rows);
+    let pooled = dataset::read(&out).expect("dataset");
+    assert_eq!(2 * pooled.len(), stored.len());
+    for r in &pooled {
+        let passes: Vec<f64> = stored
+            .iter()
+            .filter(|m| m.point_key() == r.point_key())
+            .map(|m| m.ms)
+            .collect();
+        assert_eq!(passes.len(), 2, "{r:?}");
+        let geomean = (passes[0] * passes[1]).sqrt();
+        assert!((r.ms - geomean).abs() <= 1e-9 * geomean, "{r:?} {passes:?}");
+        // Two rounds of one timed run each, in each of two passes.
+        assert_eq!(r.reps, 4, "{r:?}");
+    }
+    let counts = dataset::passes_per_config(&stored);
+    assert!(layers.iter().all(|l| counts[config_key(l).as_str()] == 2));
+
+    // A third pass: one more measurement of each configuration, then nothing left.
+    p.passes = 3;
+    let s = measure::run(&mut profiler, &out, layers, &p, "cpu", |_| {}).expect("third pass");
+    assert_eq!((s.measured, s.skipped), (2, 0));
+    let s = measure::run(&mut profiler, &out, layers, &p, "cpu", |_| {}).expect("resume");
+    assert_eq!((s.measured, s.skipped), (0, 2));
+    let stored = dataset::read_measurements(&out).expect("dataset");
+    assert_eq!(
+        3 * dataset::read(&out).expect("dataset").len(),
+        stored.len()
+    );
+}
+
 /// With the quiet gate on, both sides calibrate on the probe layer and every point is the
 /// least of its kept rounds: as many repetitions as quiet rounds (two here when no round was
 /// discarded); at most twice the rounds are attempted.
 #[test]
 fn the_quiet_gate_probes_both_sides_and_keeps_quiet_rounds() {
-    let mut profiler = match Profiler::open(false) {
-        Ok(p) => p,
-        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
-    };
+    let mut profiler = profiler();
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("d.csv");
     let layers = &small_layers()[..2];
@@ -159,10 +208,7 @@ fn the_quiet_gate_probes_both_sides_and_keeps_quiet_rounds() {
 fn grouped_convolutions_get_their_own_executors_and_predictors() {
     use tandem_predictors::features::{cpu_executor, gpu_executor, is_grouped};
     use tandem_predictors::train::{self, DeviceMeta};
-    let mut profiler = match Profiler::open(false) {
-        Ok(p) => p,
-        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
-    };
+    let mut profiler = profiler();
     let dev = profiler.device().clone();
     // Small depthwise geometries, each refactorized with every valid G < C.
     let limits = Limits {
@@ -262,10 +308,7 @@ fn grouped_convolutions_get_their_own_executors_and_predictors() {
 /// for a join.
 #[test]
 fn gpu_parts_time_from_an_awake_or_an_idle_queue() {
-    let mut profiler = match Profiler::open(false) {
-        Ok(p) => p,
-        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
-    };
+    let mut profiler = profiler();
     let dev = profiler.device().clone();
     let layer = &small_layers()[0];
     let op = layer.to_op();
@@ -299,10 +342,7 @@ fn gpu_parts_time_from_an_awake_or_an_idle_queue() {
 /// refused.
 #[test]
 fn a_split_runs_both_parts_side_by_side() {
-    let mut profiler = match Profiler::open(false) {
-        Ok(p) => p,
-        Err(e) => panic!("this test needs an OpenCL device (pocl-opencl-icd): {e}"),
-    };
+    let mut profiler = profiler();
     let once = MeasureOptions {
         warmup: 0,
         min_reps: 1,
