@@ -152,6 +152,15 @@ pub struct TrainArgs {
     /// measurement of it.
     #[arg(long, value_name = "BASE.profile")]
     pub base: Option<PathBuf>,
+    /// With `--base`: take the dataset's machine-wide speed out first, so that the corrections
+    /// learn the shape of this measurement and keep the base's speed. The dataset's latencies
+    /// are divided by one factor, its machine offset against the base (the median of the
+    /// executors' median measured / predicted, as `tandem eval` reports it); the executors'
+    /// speeds relative to one another stay this measurement's. For a host whose whole speed
+    /// moves by several percent between hours, where a short measurement's level is that of
+    /// its hour. The factor is recorded in the profile's dataset name
+    #[arg(long, requires = "base")]
+    pub base_speed: bool,
 }
 
 /// `tandem eval`: MAPE and ±10% share of a profile's predictions per executor.
@@ -569,6 +578,21 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         }
         None => None,
     };
+    if let (true, Some((profile, base_name))) = (args.base_speed, &base) {
+        let offset = evaluate(profile, &rows).machine_offset;
+        let factor = 1.0 + offset / 100.0;
+        if !(factor > 0.0 && factor.is_finite()) {
+            bail!("--base-speed: the dataset's machine offset against {base_name} is {offset}%");
+        }
+        for r in &mut rows {
+            r.ms /= factor;
+        }
+        eprintln!(
+            "--base-speed: the dataset ran {offset:+.2}% against {base_name}; its latencies \
+             divided by {factor:.4}"
+        );
+        name.push_str(&format!(" at the speed of {base_name} (÷{factor:.4})"));
+    }
     let base = base.as_ref().map(|(profile, name)| train::Base {
         profile,
         name: name.clone(),
@@ -687,7 +711,16 @@ fn cpu_rows_of(other: &Path, main: &[dataset::Row]) -> Result<Vec<dataset::Row>>
 /// Runs `tandem eval`.
 pub fn eval(args: &EvalArgs) -> Result<()> {
     let profile = Profile::load(&args.profile)?;
-    let rows = dataset::read(&args.dataset)?;
+    let measurements = dataset::read_measurements(&args.dataset)?;
+    let stored = measurements.len();
+    let rows = dataset::pool_repeats(measurements);
+    if stored > rows.len() {
+        eprintln!(
+            "{}: {} points from {stored} rows (the passes of a point pooled, geometric mean)",
+            args.dataset.display(),
+            rows.len()
+        );
+    }
     let device = profile.device().label();
     if let Some(r) = rows.iter().find(|r| r.device != device) {
         eprintln!(

@@ -263,6 +263,44 @@ fn a_pooled_eval_scores_against_the_geometric_mean_of_the_measurements() {
     );
 }
 
+/// A dataset whose points were measured in several passes (`tandem profile --passes`, here
+/// two runs written into one file) is scored by its pooled points: one per point, at the
+/// geometric mean of its passes, as the library pools them.
+#[test]
+fn a_dataset_measured_in_passes_is_scored_by_its_pooled_points() {
+    let profile_path = profiles().join("pocl-1core-xeon2.profile");
+    let mut rows = dataset::read(&profiles().join("pocl-1core-xeon2.fresh1.csv.gz")).expect("data");
+    let first_pass = rows.len();
+    rows.extend(
+        dataset::read(&profiles().join("pocl-1core-xeon2.fresh1-again.csv.gz")).expect("data"),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let both = dir.path().join("both.csv");
+    dataset::write(&both, &rows).expect("write");
+    let stored = rows.len();
+    let pooled = dataset::pool_repeats(rows);
+    assert!(pooled.len() > first_pass / 2 && pooled.len() < stored);
+    assert_eq!(dataset::read(&both).expect("read"), pooled);
+    let out = tandem_ok(&[
+        OsStr::new("eval"),
+        profile_path.as_os_str(),
+        both.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{} points from {stored} rows", pooled.len())),
+        "{stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let expected = evaluate(&Profile::load(&profile_path).expect("profile"), &pooled);
+    for (name, acc) in &expected.executors {
+        let j = &json["executors"][name];
+        assert_eq!(j["n"].as_u64(), Some(acc.n as u64), "{name}");
+        assert!((j["mape"].as_f64().expect("mape") - acc.mape).abs() < 1e-9);
+    }
+}
+
 fn eval_json(profile: &Path, data: &Path) -> serde_json::Value {
     let out = tandem_ok(&[
         OsStr::new("eval"),

@@ -30,6 +30,39 @@ fn rows_of(r: &serde_json::Value, executor: &str) -> u64 {
     e["train_rows"].as_u64().unwrap_or(0) + e["test_rows"].as_u64().unwrap_or(0)
 }
 
+/// The rows of the first `n` configurations (in key order) of the shipped dataset `shipped`,
+/// written to `dir/NAME.csv` beside a copy of the shipped device description `sidecar`: a
+/// small training set. Returns its path and rows.
+fn first_configs(
+    shipped: &str,
+    sidecar: &str,
+    n: usize,
+    dir: &Path,
+    name: &str,
+) -> (PathBuf, Vec<Row>) {
+    let rows = dataset::read(&profiles().join(shipped)).expect("shipped data");
+    let keep: BTreeSet<&str> = rows
+        .iter()
+        .map(|r| r.config.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .take(n)
+        .collect();
+    let some: Vec<Row> = rows
+        .iter()
+        .filter(|r| keep.contains(r.config.as_str()))
+        .cloned()
+        .collect();
+    let data = dir.join(format!("{name}.csv"));
+    dataset::write(&data, &some).expect("write");
+    std::fs::copy(
+        profiles().join(sidecar),
+        dir.join(format!("{name}.device.json")),
+    )
+    .expect("sidecar");
+    (data, some)
+}
+
 #[test]
 fn add_cpu_takes_the_other_datasets_cpu_rows_of_new_configurations_only() {
     // The shipped fresh measurement, split by configuration: A and B overlap in a few.
@@ -222,24 +255,15 @@ fn drop_slow_joins_leaves_out_the_gpu_rows_of_slow_handoff_configurations_only()
 fn corun_datasets_give_the_profile_its_contention() {
     use tandem_predictors::corun::{self, CorunRow, HEADER};
     use tandem_predictors::features::OpKind;
-    let rows = dataset::read(&profiles().join("pocl-1core.fresh.csv.gz")).expect("shipped data");
-    let first: BTreeSet<&str> = rows
-        .iter()
-        .map(|r| r.config.as_str())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .take(120)
-        .collect();
-    let some: Vec<Row> = rows
-        .iter()
-        .filter(|r| first.contains(r.config.as_str()))
-        .cloned()
-        .collect();
     let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("d.csv");
-    dataset::write(&data, &some).expect("write");
+    let (data, _) = first_configs(
+        "pocl-1core.fresh.csv.gz",
+        "pocl-1core.device.json",
+        120,
+        dir.path(),
+        "d",
+    );
     let sidecar = profiles().join("pocl-1core.device.json");
-    std::fs::copy(&sidecar, dir.path().join("d.device.json")).expect("sidecar");
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&sidecar).expect("read")).expect("json");
     let device: tandem_runtime::gpu::device::DeviceInfo =
@@ -347,22 +371,14 @@ fn corun_datasets_give_the_profile_its_contention() {
 #[test]
 fn a_base_profile_of_the_same_device_is_corrected_and_another_device_refused() {
     // fresh17 was measured on a second Intel host, for which pocl-1core.profile is 10-40% off.
-    let rows = dataset::read(&profiles().join("pocl-1core.fresh17.csv.gz")).expect("shipped data");
-    let configs: BTreeSet<&str> = rows.iter().map(|r| r.config.as_str()).collect();
-    let keep: BTreeSet<&str> = configs.into_iter().take(80).collect();
-    let some: Vec<Row> = rows
-        .iter()
-        .filter(|r| keep.contains(r.config.as_str()))
-        .cloned()
-        .collect();
     let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("host2.csv");
-    dataset::write(&data, &some).expect("write");
-    std::fs::copy(
-        profiles().join("pocl-1core.fresh17.device.json"),
-        dir.path().join("host2.device.json"),
-    )
-    .expect("sidecar");
+    let (data, _) = first_configs(
+        "pocl-1core.fresh17.csv.gz",
+        "pocl-1core.fresh17.device.json",
+        80,
+        dir.path(),
+        "host2",
+    );
     let (out, rep) = (dir.path().join("h2.profile"), dir.path().join("h2.json"));
     let run = tandem()
         .arg("train")
@@ -440,4 +456,73 @@ fn a_base_profile_of_the_same_device_is_corrected_and_another_device_refused() {
     // A base that is not there is named.
     let stderr = refused(&dir.path().join("missing.profile"));
     assert!(stderr.contains("missing.profile"), "{stderr}");
+}
+
+/// `tandem train --base --base-speed`: the dataset's machine-wide offset against the base is
+/// taken out before the corrections are fitted, so the profile keeps the base's speed and the
+/// measurement's shape; the factor is the one `tandem eval` reports, and the profile names it.
+/// Without `--base` the option is refused.
+#[test]
+fn base_speed_takes_the_datasets_machine_offset_out_before_correcting() {
+    use tandem_predictors::eval::evaluate;
+    // The second Intel host ran 10-40% off pocl-1core.profile: a large machine offset.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (data, some) = first_configs(
+        "pocl-1core.fresh17.csv.gz",
+        "pocl-1core.fresh17.device.json",
+        80,
+        dir.path(),
+        "host2",
+    );
+    let base_path = profiles().join("pocl-1core.profile");
+    let base = tandem_predictors::Profile::load(&base_path).expect("base");
+    let offset = evaluate(&base, &some).machine_offset;
+    assert!(offset.abs() > 3.0, "{offset}");
+    let out = dir.path().join("h2.profile");
+    let run = tandem()
+        .arg("train")
+        .arg(&data)
+        .arg("--base")
+        .arg(&base_path)
+        .arg("--base-speed")
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("tandem train");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let factor = format!("{:.4}", 1.0 + offset / 100.0);
+    assert!(
+        stderr.contains(&format!("ran {offset:+.2}% against pocl-1core.profile"))
+            && stderr.contains(&format!("divided by {factor}")),
+        "{stderr}"
+    );
+    let profile = tandem_predictors::Profile::load(&out).expect("profile");
+    assert!(
+        profile
+            .provenance
+            .dataset
+            .contains(&format!("at the speed of pocl-1core.profile (÷{factor})")),
+        "{}",
+        profile.provenance.dataset
+    );
+    // Fitted to the data at the base's speed: on the data as measured, the new profile is off
+    // by about the same machine-wide factor as the base.
+    let kept = evaluate(&profile, &some).machine_offset;
+    assert!(
+        (kept - offset).abs() < 0.3 * offset.abs(),
+        "{kept} {offset}"
+    );
+
+    let run = tandem()
+        .arg("train")
+        .arg(&data)
+        .arg("--base-speed")
+        .arg("-o")
+        .arg(dir.path().join("no.profile"))
+        .output()
+        .expect("tandem train");
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("--base"), "{stderr}");
 }
