@@ -55,10 +55,11 @@ pub struct ProfileArgs {
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Measurements of each configuration, a block of 64 configurations (a minute or two)
-    /// apart: the machine's slow phases of tens of seconds move all of a configuration's
-    /// points together, and rounds seconds apart share them; passes a block apart do not.
-    /// `tandem train` and `tandem eval` pool a point's passes (geometric mean). An
-    /// interrupted run resumes with the passes still missing
+    /// apart (a block's length apart when the run or its last block is shorter): the
+    /// machine's slow phases of about a minute move all of a configuration's points together,
+    /// and rounds seconds apart share them; passes a block apart do not. `tandem train`,
+    /// `eval` and `calibrate` pool a point's passes (geometric mean). An interrupted run
+    /// resumes with the passes still missing
     #[arg(long, default_value_t = 1)]
     pub passes: usize,
     /// Quiet gate, in percent: a round is kept only when a fixed reference layer, timed on the
@@ -579,7 +580,14 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         None => None,
     };
     if let (true, Some((profile, base_name))) = (args.base_speed, &base) {
-        let offset = evaluate(profile, &rows).machine_offset;
+        let e = evaluate(profile, &rows);
+        if e.offset.is_empty() {
+            bail!(
+                "--base-speed: none of the dataset's executors is in {base_name}, so it has no \
+                 speed against it"
+            );
+        }
+        let offset = e.machine_offset;
         let factor = 1.0 + offset / 100.0;
         if !(factor > 0.0 && factor.is_finite()) {
             bail!("--base-speed: the dataset's machine offset against {base_name} is {offset}%");

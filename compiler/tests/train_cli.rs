@@ -514,6 +514,35 @@ fn base_speed_takes_the_datasets_machine_offset_out_before_correcting() {
         "{kept} {offset}"
     );
 
+    // Data that shares no executor with the base has no speed against it: an error.
+    let mut strangers = some.clone();
+    for r in &mut strangers {
+        r.executor = format!("{}_elsewhere", r.executor);
+    }
+    let strange = dir.path().join("strange.csv");
+    dataset::write(&strange, &strangers).expect("write");
+    std::fs::copy(
+        dir.path().join("host2.device.json"),
+        dir.path().join("strange.device.json"),
+    )
+    .expect("sidecar");
+    let run = tandem()
+        .arg("train")
+        .arg(&strange)
+        .arg("--base")
+        .arg(&base_path)
+        .arg("--base-speed")
+        .arg("-o")
+        .arg(dir.path().join("no.profile"))
+        .output()
+        .expect("tandem train");
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("--base-speed: none of the dataset's executors is in pocl-1core.profile"),
+        "{stderr}"
+    );
+
     let run = tandem()
         .arg("train")
         .arg(&data)

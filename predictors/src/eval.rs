@@ -159,8 +159,6 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
     }
 }
 
-/// A point's identity across measurements of one dataset: configuration, executor, threads
-/// and channel range.
 /// The measurement floor: the same points measured twice, `repeat` scored against `first` as
 /// if it were a prediction (points matched by configuration, executor, threads and channel
 /// range; unmatched points are ignored). No predictor can be expected to beat this MAPE on

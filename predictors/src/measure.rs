@@ -58,9 +58,9 @@ pub struct Plan {
     /// Rounds over a configuration's points: each point is measured once per round, and its
     /// latency is the least of its round medians (see [`run`]).
     pub rounds: usize,
-    /// Measurements of each configuration, at least a minute apart ([`PASS_BLOCK`]): a
+    /// Measurements of each configuration, a block of [`PASS_BLOCK`] configurations apart: a
     /// configuration's points move together by several percent with the machine's phases of
-    /// tens of seconds, which rounds a few seconds apart share; passes a block apart do not,
+    /// about a minute, which rounds a few seconds apart share; passes a block apart do not,
     /// and readers pool them ([`dataset::pool_repeats`]). 1 measures each configuration once.
     pub passes: usize,
     /// Slack of the quiet gates ([`crate::quiet`]): a round is kept when the probes around it
@@ -466,8 +466,9 @@ pub fn schedule(models: &[Layer], random: &[Layer], ops: &[OpKind], limits: &Lim
 
 /// Configurations measured in a block with [`Plan::passes`] above 1: each block is measured
 /// once, then again in the same order, so that a configuration's passes lie one block apart
-/// (about a minute and a half here, where the machine's slow phases stop correlating after
-/// some 40 configurations).
+/// (about 1.3 minutes on the second Xeon host, whose slow phases stop correlating after some
+/// 30–60 configurations). A run of fewer configurations, or the last block of a run, has its
+/// passes only that block's length apart.
 pub const PASS_BLOCK: usize = 64;
 
 /// The measurements a run makes: per block of [`PASS_BLOCK`] configurations, each pass over
