@@ -131,6 +131,14 @@ pub struct TrainArgs {
     /// Also write the training report (per-executor accuracy and ablations) as JSON.
     #[arg(long, value_name = "R.json")]
     pub report_json: Option<PathBuf>,
+    /// Add every row of another dataset of the same device and CPU: another session's
+    /// measurement, say, or a fresh set already scored. A point measured in several of the
+    /// datasets is pooled like the passes of one (geometric mean); `--drop-slow-joins` and
+    /// `--base-speed` apply to each dataset on its own (its joins' percentile, its machine
+    /// offset), so with `--base-speed` sessions measured in faster and slower hours are
+    /// brought to the base's speed before they are pooled. Repeatable.
+    #[arg(long, value_name = "MORE.csv")]
+    pub add: Vec<PathBuf>,
     /// Add the CPU rows of another dataset of the same device and CPU (configurations the
     /// main dataset has are not taken twice). For an earlier run measured without the quiet
     /// gate: its CPU side repeats within 3%, its GPU side does not. Repeatable.
@@ -157,9 +165,10 @@ pub struct TrainArgs {
     /// learn the shape of this measurement and keep the base's speed. The dataset's latencies
     /// are divided by one factor, its machine offset against the base (the median of the
     /// executors' median measured / predicted, as `tandem eval` reports it); the executors'
-    /// speeds relative to one another stay this measurement's. For a host whose whole speed
-    /// moves by several percent between hours, where a short measurement's level is that of
-    /// its hour. The factor is recorded in the profile's dataset name
+    /// speeds relative to one another stay this measurement's. Each `--add` dataset gets its
+    /// own factor. For a host whose whole speed moves by several percent between hours, where
+    /// a short measurement's level is that of its hour. The factors are recorded in the
+    /// profile's dataset name.
     #[arg(long, requires = "base")]
     pub base_speed: bool,
 }
@@ -510,42 +519,6 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             bail!("--drop-slow-joins: {percent} is not a percentage; give e.g. 60");
         }
     }
-    let mut rows = dataset::read(&args.dataset)?;
-    let mut name = args
-        .dataset
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // Before `--add-cpu`: the joins' percentile is the dataset's own.
-    if let Some(percent) = args.drop_slow_joins {
-        let before = rows.len();
-        let configs = tandem_predictors::quiet::drop_slow_join_gpu_rows(&mut rows, percent / 100.0);
-        eprintln!(
-            "--drop-slow-joins {percent}: left out {} short GPU parts of {configs} \
-             configurations measured in a slow handoff phase",
-            before - rows.len()
-        );
-        name.push_str(&format!(
-            " without the short GPU parts of slow joins (+{percent}%)"
-        ));
-    }
-    for other in &args.add_cpu {
-        let added = cpu_rows_of(other, &rows)?;
-        eprintln!(
-            "{}: {} CPU rows of configurations {} lacks",
-            other.display(),
-            added.len(),
-            args.dataset.display()
-        );
-        name.push_str(&format!(
-            " + CPU rows of {}",
-            other
-                .file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default()
-        ));
-        rows.extend(added);
-    }
     let sidecar = device_sidecar(&args.dataset);
     let text = std::fs::read_to_string(&sidecar).with_context(|| {
         format!(
@@ -571,35 +544,60 @@ pub fn train(args: &TrainArgs) -> Result<()> {
                     meta.device.label()
                 );
             }
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            Some((profile, name))
+            Some((profile, file_name_of(path)))
         }
         None => None,
     };
-    if let (true, Some((profile, base_name))) = (args.base_speed, &base) {
-        let e = evaluate(profile, &rows);
-        if e.offset.is_empty() {
-            bail!(
-                "--base-speed: none of the dataset's executors is in {base_name}, so it has no \
-                 speed against it"
-            );
+    let speed_base = match (args.base_speed, &base) {
+        (true, Some((profile, name))) => Some((profile, name.as_str())),
+        _ => None,
+    };
+    let mut rows = Vec::new();
+    let mut names = Vec::new();
+    let mut first: Option<(String, String)> = None;
+    for path in std::iter::once(&args.dataset).chain(&args.add) {
+        let (these, name) = training_rows(path, args.drop_slow_joins, speed_base)?;
+        let Some(r) = these.first() else {
+            bail!("{}: no measurements", path.display());
+        };
+        match &first {
+            None => first = Some((r.device.clone(), r.cpu.clone())),
+            Some((device, cpu)) => {
+                if let Some(r) = these.iter().find(|r| &r.device != device || &r.cpu != cpu) {
+                    bail!(
+                        "--add {}: measured on '{}' with '{}', {} on '{device}' with '{cpu}'",
+                        path.display(),
+                        r.device,
+                        r.cpu,
+                        args.dataset.display()
+                    );
+                }
+            }
         }
-        let offset = e.machine_offset;
-        let factor = 1.0 + offset / 100.0;
-        if !(factor > 0.0 && factor.is_finite()) {
-            bail!("--base-speed: the dataset's machine offset against {base_name} is {offset}%");
-        }
-        for r in &mut rows {
-            r.ms /= factor;
-        }
+        rows.extend(these);
+        names.push(name);
+    }
+    if !args.add.is_empty() {
+        // A point measured in several of the datasets is one point, their geometric mean.
+        let stored = rows.len();
+        rows = dataset::pool_repeats(rows);
         eprintln!(
-            "--base-speed: the dataset ran {offset:+.2}% against {base_name}; its latencies \
-             divided by {factor:.4}"
+            "--add: {} points from {stored} rows of {} datasets",
+            rows.len(),
+            names.len()
         );
-        name.push_str(&format!(" at the speed of {base_name} (÷{factor:.4})"));
+    }
+    let mut name = names.join(" + ");
+    for other in &args.add_cpu {
+        let added = cpu_rows_of(other, &rows)?;
+        eprintln!(
+            "{}: {} CPU rows of configurations {} lacks",
+            other.display(),
+            added.len(),
+            args.dataset.display()
+        );
+        name.push_str(&format!(" + CPU rows of {}", file_name_of(other)));
+        rows.extend(added);
     }
     let base = base.as_ref().map(|(profile, name)| train::Base {
         profile,
@@ -639,6 +637,69 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         args.output.display()
     );
     Ok(())
+}
+
+/// The file name of `path`, for provenance (empty when it has none).
+fn file_name_of(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The rows `tandem train` takes from one dataset, and how its provenance names them: its
+/// points (passes pooled), without the short GPU parts of slow joins when `drop_slow_joins`
+/// (a percentage over the dataset's own 10th percentile) is given, and with `speed_base`
+/// (`--base-speed`: the base profile and its name) divided by the dataset's own machine offset
+/// against that base, so that datasets measured in hours of different speeds agree.
+#[cfg(feature = "lightgbm")]
+fn training_rows(
+    path: &Path,
+    drop_slow_joins: Option<f64>,
+    speed_base: Option<(&Profile, &str)>,
+) -> Result<(Vec<dataset::Row>, String)> {
+    let mut rows = dataset::read(path)?;
+    let mut name = file_name_of(path);
+    if let Some(percent) = drop_slow_joins {
+        let before = rows.len();
+        let configs = tandem_predictors::quiet::drop_slow_join_gpu_rows(&mut rows, percent / 100.0);
+        eprintln!(
+            "--drop-slow-joins {percent}: left out {} short GPU parts of {configs} \
+             configurations of {} measured in a slow handoff phase",
+            before - rows.len(),
+            path.display()
+        );
+        name.push_str(&format!(
+            " without the short GPU parts of slow joins (+{percent}%)"
+        ));
+    }
+    if let Some((profile, base_name)) = speed_base {
+        let e = evaluate(profile, &rows);
+        if e.offset.is_empty() {
+            bail!(
+                "--base-speed: none of the executors of {} is in {base_name}, so it has no \
+                 speed against it",
+                path.display()
+            );
+        }
+        let offset = e.machine_offset;
+        let factor = 1.0 + offset / 100.0;
+        if !(factor > 0.0 && factor.is_finite()) {
+            bail!(
+                "--base-speed: the machine offset of {} against {base_name} is {offset}%",
+                path.display()
+            );
+        }
+        for r in &mut rows {
+            r.ms /= factor;
+        }
+        eprintln!(
+            "--base-speed: {} ran {offset:+.2}% against {base_name}; its latencies divided by \
+             {factor:.4}",
+            path.display()
+        );
+        name.push_str(&format!(" at the speed of {base_name} (÷{factor:.4})"));
+    }
+    Ok((rows, name))
 }
 
 /// The contention fitted on the co-run datasets `paths` (printed), which must be of the device

@@ -3,7 +3,8 @@
 //! device is refused with an error naming it. `tandem train --drop-slow-joins`: the GPU rows of
 //! configurations measured in a slow handoff phase are left out, their CPU rows kept.
 //! `tandem train --corun`: the contention of split steps. `tandem train --base`: the predictors
-//! of another host's profile corrected where cross-validation prefers it.
+//! of another host's profile corrected where cross-validation prefers it. `tandem train --add`:
+//! further datasets pooled, each at the base's speed with `--base-speed`.
 #![cfg(feature = "lightgbm")]
 
 use std::collections::BTreeSet;
@@ -539,7 +540,7 @@ fn base_speed_takes_the_datasets_machine_offset_out_before_correcting() {
     assert!(!run.status.success());
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
-        stderr.contains("--base-speed: none of the dataset's executors is in pocl-1core.profile"),
+        stderr.contains("is in pocl-1core.profile, so it has no speed against it"),
         "{stderr}"
     );
 
@@ -554,4 +555,143 @@ fn base_speed_takes_the_datasets_machine_offset_out_before_correcting() {
     assert!(!run.status.success());
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("--base"), "{stderr}");
+}
+
+#[test]
+fn add_pools_further_datasets_each_at_the_base_speed_and_refuses_another_device() {
+    use tandem_predictors::eval::evaluate;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, all) = first_configs(
+        "pocl-1core.fresh17.csv.gz",
+        "pocl-1core.fresh17.device.json",
+        80,
+        dir.path(),
+        "all",
+    );
+    let configs: Vec<&str> = all
+        .iter()
+        .map(|r| r.config.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let of = |range: std::ops::Range<usize>| -> BTreeSet<&str> {
+        configs[range].iter().copied().collect()
+    };
+    let (first, second) = (of(0..60), of(30..80));
+    // The first session as measured; the second in an hour 10% slower, overlapping it by 30
+    // configurations.
+    let a: Vec<Row> = all
+        .iter()
+        .filter(|r| first.contains(r.config.as_str()))
+        .cloned()
+        .collect();
+    let b: Vec<Row> = all
+        .iter()
+        .filter(|r| second.contains(r.config.as_str()))
+        .map(|r| Row {
+            ms: r.ms * 1.1,
+            ..r.clone()
+        })
+        .collect();
+    let (pa, pb) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
+    dataset::write(&pa, &a).expect("write");
+    dataset::write(&pb, &b).expect("write");
+    std::fs::copy(
+        dir.path().join("all.device.json"),
+        dir.path().join("a.device.json"),
+    )
+    .expect("sidecar");
+    let base_path = profiles().join("pocl-1core.profile");
+    let base = tandem_predictors::Profile::load(&base_path).expect("base");
+    let (offset_a, offset_b) = (
+        evaluate(&base, &a).machine_offset,
+        evaluate(&base, &b).machine_offset,
+    );
+    let out = dir.path().join("ab.profile");
+    let run = tandem()
+        .arg("train")
+        .arg(&pa)
+        .arg("--add")
+        .arg(&pb)
+        .arg("--base")
+        .arg(&base_path)
+        .arg("--base-speed")
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("tandem train");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    // Each dataset's own offset is taken out: the slower one's is about 10 points more.
+    let (fa, fb) = (1.0 + offset_a / 100.0, 1.0 + offset_b / 100.0);
+    assert!((fb / fa - 1.1).abs() < 0.03, "{offset_a} {offset_b}");
+    for (path, offset) in [(&pa, offset_a), (&pb, offset_b)] {
+        assert!(
+            stderr.contains(&format!(
+                "{} ran {offset:+.2}% against pocl-1core.profile",
+                path.display()
+            )),
+            "{stderr}"
+        );
+    }
+    // The 30 shared configurations' points are pooled into one each.
+    let mut points: Vec<_> = a.iter().chain(&b).map(|r| r.point_key()).collect();
+    let stored = points.len();
+    points.sort();
+    points.dedup();
+    assert!(points.len() < stored);
+    assert!(
+        stderr.contains(&format!(
+            "--add: {} points from {stored} rows of 2 datasets",
+            points.len()
+        )),
+        "{stderr}"
+    );
+    let profile = tandem_predictors::Profile::load(&out).expect("profile");
+    let name = &profile.provenance.dataset;
+    assert!(
+        name.contains(&format!(
+            "a.csv at the speed of pocl-1core.profile (÷{fa:.4}) + b.csv at the speed of \
+             pocl-1core.profile (÷{fb:.4})"
+        )),
+        "{name}"
+    );
+    // Both brought to the base's speed: on each dataset as measured, the profile is off by
+    // about that dataset's own offset.
+    for (rows, offset) in [(&a, offset_a), (&b, offset_b)] {
+        let kept = evaluate(&profile, rows).machine_offset;
+        assert!(
+            (kept - offset).abs() < 0.3 * offset.abs().max(5.0),
+            "{kept} {offset}"
+        );
+    }
+
+    // A dataset of another device is refused, naming it.
+    let other: Vec<Row> = b
+        .iter()
+        .map(|r| Row {
+            device: "another GPU".into(),
+            ..r.clone()
+        })
+        .collect();
+    let po = dir.path().join("other.csv");
+    dataset::write(&po, &other).expect("write");
+    let run = tandem()
+        .arg("train")
+        .arg(&pa)
+        .arg("--add")
+        .arg(&po)
+        .arg("-o")
+        .arg(dir.path().join("no.profile"))
+        .output()
+        .expect("tandem train");
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "--add {}: measured on 'another GPU'",
+            po.display()
+        )),
+        "{stderr}"
+    );
 }
