@@ -186,7 +186,9 @@ pub struct EvalArgs {
     /// executors' offsets; speed_adjusted: the executors' accuracy with every prediction scaled
     /// by that one factor; `"probe"`: the reference layer's speed of the dataset and of the
     /// profile's data per side, and its change; `"probe_scaled"`: the accuracy with each side's
-    /// predictions scaled by that change, where both recorded it; with `--repeat`, also
+    /// predictions scaled by that change, where both recorded it; `"speed_model"`: the
+    /// factor per side of the profile's speed model at the dataset's reference-layer time and
+    /// the accuracy with it, where the profile has one; with `--repeat`, also
     /// `"repeatability"` of the executors' shape).
     #[arg(long)]
     pub json: bool,
@@ -554,9 +556,11 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     };
     let mut rows = Vec::new();
     let mut names = Vec::new();
+    // Each dataset as measured, for the speed model.
+    let mut measured = Vec::new();
     let mut first: Option<(String, String)> = None;
     for path in std::iter::once(&args.dataset).chain(&args.add) {
-        let (these, name) = training_rows(path, args.drop_slow_joins, speed_base)?;
+        let (these, name, as_measured) = training_rows(path, args.drop_slow_joins, speed_base)?;
         let Some(r) = these.first() else {
             bail!("{}: no measurements", path.display());
         };
@@ -576,6 +580,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         }
         rows.extend(these);
         names.push(name);
+        measured.push((path, as_measured));
     }
     if !args.add.is_empty() {
         // A point measured in several of the datasets is one point, their geometric mean.
@@ -614,6 +619,9 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         base.as_ref(),
         |line| eprintln!("{line}"),
     )?;
+    if measured.len() >= tandem_predictors::speed::MIN_DATASETS {
+        profile.speed = speed_model(&profile, &measured);
+    }
     profile.contention = contention;
     profile.provenance.corun_datasets = args
         .corun
@@ -650,13 +658,14 @@ fn file_name_of(path: &Path) -> String {
 /// points (passes pooled), without the short GPU parts of slow joins when `drop_slow_joins`
 /// (a percentage over the dataset's own 10th percentile) is given, and with `speed_base`
 /// (`--base-speed`: the base profile and its name) divided by the dataset's own machine offset
-/// against that base, so that datasets measured in hours of different speeds agree.
+/// against that base, so that datasets measured in hours of different speeds agree. Also
+/// returns the rows as measured (before that division), whose speed the speed model fits.
 #[cfg(feature = "lightgbm")]
 fn training_rows(
     path: &Path,
     drop_slow_joins: Option<f64>,
     speed_base: Option<(&Profile, &str)>,
-) -> Result<(Vec<dataset::Row>, String)> {
+) -> Result<(Vec<dataset::Row>, String, Vec<dataset::Row>)> {
     let mut rows = dataset::read(path)?;
     let mut name = file_name_of(path);
     if let Some(percent) = drop_slow_joins {
@@ -698,8 +707,62 @@ fn training_rows(
             path.display()
         );
         name.push_str(&format!(" at the speed of {base_name} (÷{factor:.4})"));
+        let as_measured = rows
+            .iter()
+            .map(|r| dataset::Row {
+                ms: r.ms * factor,
+                ..r.clone()
+            })
+            .collect();
+        return Ok((rows, name, as_measured));
     }
-    Ok((rows, name))
+    let as_measured = rows.clone();
+    Ok((rows, name, as_measured))
+}
+
+/// The speed model of the trained `profile` ([`tandem_predictors::speed`]) on the datasets it
+/// was trained on, each as measured: per side, how their levels against it follow their
+/// reference layer's times. Prints each dataset's speed and the fit, or why a side has none.
+#[cfg(feature = "lightgbm")]
+fn speed_model(
+    profile: &Profile,
+    measured: &[(&PathBuf, Vec<dataset::Row>)],
+) -> tandem_predictors::speed::SpeedModel {
+    use tandem_predictors::speed::{self, DatasetSpeed, MIN_DATASETS, MIN_T};
+    let speeds: Vec<DatasetSpeed> = measured
+        .iter()
+        .map(|(path, rows)| {
+            let s = DatasetSpeed::of(profile, rows);
+            let side = |i: usize| match (s.probe_ms[i], s.level[i]) {
+                (Some(p), Some(l)) => format!("probe {p:.4} ms, level {:+.2}%", 100.0 * (l - 1.0)),
+                _ => "no probe".into(),
+            };
+            eprintln!(
+                "speed of {}: GPU side {}; CPU side {}",
+                path.display(),
+                side(0),
+                side(1)
+            );
+            s
+        })
+        .collect();
+    let model = speed::fit(&speeds);
+    for (name, side) in [("GPU", &model.gpu), ("CPU", &model.cpu)] {
+        match side {
+            Some(s) => eprintln!(
+                "speed model, {name} side: the level moves {:.2}x the reference layer's time \
+                 (over {} datasets; their levels' spread {:.2}% → {:.2}% with it; at {:.4} ms \
+                 ×{:.4})",
+                s.elasticity, s.datasets, s.spread_percent, s.residual_percent, s.probe_ms, s.level
+            ),
+            None => eprintln!(
+                "speed model, {name} side: none (it needs {MIN_DATASETS} datasets with the \
+                 reference layer whose levels follow its time by at least {MIN_T} standard \
+                 errors)"
+            ),
+        }
+    }
+    model
 }
 
 /// The contention fitted on the co-run datasets `paths` (printed), which must be of the device
@@ -905,6 +968,20 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
                  latencies):\n\n| executor | probe-scaled MAPE | within ±10% |\n|---|---:|---:|"
             );
             for (name, a) in &e.probe_scaled {
+                println!("| {name} | {:.2}% | {:.1}% |", a.mape, a.within10 * 100.0);
+            }
+        }
+        if !e.speed_scaled.is_empty() {
+            let factor = |f: Option<f64>| f.map_or("none".into(), |f| format!("×{f:.4}"));
+            println!(
+                "\nAt the machine's speed of the hour by the profile's speed model (GPU side \
+                 {}, CPU side {}, from this dataset's reference layer; fitted on the \
+                 profile's datasets):\n\n| executor | speed-model MAPE | within ±10% |\n\
+                 |---|---:|---:|",
+                factor(e.speed_factor[0]),
+                factor(e.speed_factor[1])
+            );
+            for (name, a) in &e.speed_scaled {
                 println!("| {name} | {:.2}% | {:.1}% |", a.mape, a.within10 * 100.0);
             }
         }

@@ -276,6 +276,12 @@ pub enum PlanSource {
         max_candidates: usize,
         options: tandem_runtime::profile::MeasureOptions,
     },
+    /// The profile of `Default` or `Profile` at this machine's speed now: the reference layer
+    /// is timed on both sides (a few seconds; [`tandem_predictors::speed::probe_now`]) and each
+    /// side's predictions are scaled by the profile's speed model for that time. An error for
+    /// a profile without a speed model, or when this machine's OpenCL device is not the one
+    /// planned for.
+    AtSpeedNow(Box<PlanSource>),
 }
 
 /// A compiled model with the planner's report and what the caller should know.
@@ -318,7 +324,15 @@ pub fn compile_planned(
                 .into(),
         );
     };
+    let (source, speed_now) = match source {
+        PlanSource::AtSpeedNow(inner) => match inner.as_ref() {
+            PlanSource::Default | PlanSource::Profile(_) => (inner.as_ref(), true),
+            _ => bail!("the speed of the hour scales a profile's predictions: plan with the shipped profile or --profile"),
+        },
+        other => (other, false),
+    };
     let profile_path = match source {
+        PlanSource::AtSpeedNow(_) => unreachable!("unwrapped above"),
         PlanSource::Oracle {
             max_candidates,
             options,
@@ -392,7 +406,17 @@ pub fn compile_planned(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let note = profile_note(&name, profile.device(), &gpu);
+    let mut note = profile_note(&name, profile.device(), &gpu);
+    let profile = if speed_now {
+        let (profile, line) = at_speed_now(&profile, &name, &gpu)?;
+        note = Some(match note {
+            Some(n) => format!("{n}; {line}"),
+            None => line,
+        });
+        profile
+    } else {
+        profile
+    };
     let options = CompileOptions {
         plan: Plan::Predicted {
             profile: std::sync::Arc::new(profile),
@@ -416,6 +440,50 @@ pub fn compile_planned(
         report,
         note,
     })
+}
+
+/// `profile` (called `name`) at this machine's speed now ([`PlanSource::AtSpeedNow`]), with a
+/// line saying what the reference layer read and the factors it gave.
+fn at_speed_now(
+    profile: &tandem_predictors::Profile,
+    name: &str,
+    gpu: &DeviceInfo,
+) -> Result<(tandem_predictors::Profile, String)> {
+    if profile.speed.is_empty() {
+        bail!(
+            "the profile {name} has no speed model (train it on several datasets measured at \
+             different hours: tandem train … --add MORE.csv)"
+        );
+    }
+    let mut profiler = tandem_runtime::profile::Profiler::open(true)
+        .context("timing the reference layer needs this machine's OpenCL device")?;
+    if !profiler.device().same_device(gpu) {
+        bail!(
+            "the speed of the hour is read on this machine's {}, not on the planned {}",
+            profiler.device().label(),
+            gpu.label()
+        );
+    }
+    let probe = tandem_predictors::speed::probe_now(&mut profiler)
+        .context("cannot time the reference layer")?;
+    let (scaled, factors) = profile.at_probe_speed(probe);
+    let side =
+        |i: usize, what: &str, model: Option<&tandem_predictors::speed::SideSpeed>| match model {
+            Some(s) => format!(
+                "{what} {:.4} ms against {:.4} ms: predictions ×{:.4}",
+                probe[i], s.probe_ms, factors[i]
+            ),
+            None => format!(
+                "{what} {:.4} ms: no speed model, predictions as trained",
+                probe[i]
+            ),
+        };
+    let line = format!(
+        "planned at the machine's speed now by the reference layer ({}; {})",
+        side(0, "GPU side", profile.speed.gpu.as_ref()),
+        side(1, "CPU side", profile.speed.cpu.as_ref())
+    );
+    Ok((scaled, line))
 }
 
 /// This machine's OpenCL device, or the one described by `gpu_device`; `None` when neither.

@@ -695,3 +695,155 @@ fn add_pools_further_datasets_each_at_the_base_speed_and_refuses_another_device(
         "{stderr}"
     );
 }
+
+#[test]
+fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
+    use tandem_predictors::eval::evaluate;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 15 configurations of each op kind (a model's layers of every kind get predictions).
+    let rows = dataset::read(&profiles().join("pocl-1core.fresh17.csv.gz")).expect("data");
+    let mut per_op: std::collections::BTreeMap<String, BTreeSet<&str>> = Default::default();
+    for r in &rows {
+        let op = r.config.split(':').next().unwrap_or_default().to_string();
+        let configs = per_op.entry(op).or_default();
+        if configs.len() < 15 {
+            configs.insert(r.config.as_str());
+        }
+    }
+    let keep: BTreeSet<&str> = per_op.values().flatten().copied().collect();
+    let some: Vec<Row> = rows
+        .iter()
+        .filter(|r| keep.contains(r.config.as_str()))
+        .cloned()
+        .collect();
+    // The same configurations measured in four hours: the reference layer 10% faster to 10%
+    // slower, the latencies moving half as much (elasticity 0.5).
+    let hour = |p: f64| -> Vec<Row> {
+        some.iter()
+            .map(|r| Row {
+                ms: r.ms * p.sqrt(),
+                probe_ms: if is_cpu(&r.executor) { 0.18 } else { 0.9 } * p,
+                ..r.clone()
+            })
+            .collect()
+    };
+    let mut paths = Vec::new();
+    for (i, p) in [0.9, 0.95, 1.05, 1.1].into_iter().enumerate() {
+        let path = dir.path().join(format!("hour{i}.csv"));
+        dataset::write(&path, &hour(p)).expect("write");
+        paths.push(path);
+    }
+    std::fs::copy(
+        profiles().join("pocl-1core.fresh17.device.json"),
+        dir.path().join("hour0.device.json"),
+    )
+    .expect("sidecar");
+    let out = dir.path().join("hours.profile");
+    let mut train = tandem();
+    train.arg("train").arg(&paths[0]);
+    for p in &paths[1..] {
+        train.arg("--add").arg(p);
+    }
+    let run = train.arg("-o").arg(&out).output().expect("tandem train");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("speed model, CPU side: the level moves"),
+        "{stderr}"
+    );
+    let profile = tandem_predictors::Profile::load(&out).expect("profile");
+    for side in [profile.speed.gpu, profile.speed.cpu] {
+        let s = side.expect("a model per side");
+        assert!((s.elasticity - 0.5).abs() < 0.05, "{s:?}");
+        assert_eq!(s.datasets, 4);
+    }
+
+    // A fifth hour, 15% slower: the speed model's predictions follow it, the plain ones not.
+    let slow = hour(1.15);
+    let e = evaluate(&profile, &slow);
+    let [gpu, cpu] = e.speed_factor;
+    for f in [gpu, cpu] {
+        let f = f.expect("a factor");
+        assert!((f / (1.15f64 / 1.0f64).sqrt() - 1.0).abs() < 0.03, "{f}");
+    }
+    let mape = |m: &std::collections::BTreeMap<String, tandem_predictors::bundle::Accuracy>| {
+        m.values().map(|a| a.mape * a.n as f64).sum::<f64>()
+            / m.values().map(|a| a.n as f64).sum::<f64>()
+    };
+    assert!(
+        mape(&e.speed_scaled) + 3.0 < mape(&e.executors),
+        "{} {}",
+        mape(&e.speed_scaled),
+        mape(&e.executors)
+    );
+    let slow_path = dir.path().join("slow.csv");
+    dataset::write(&slow_path, &slow).expect("write");
+    let run = tandem()
+        .arg("eval")
+        .arg(&out)
+        .arg(&slow_path)
+        .arg("--json")
+        .output()
+        .expect("tandem eval");
+    assert!(run.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&run.stdout).expect("json");
+    let cpu_factor = j["speed_model"]["factor"]["cpu"].as_f64().expect("factor");
+    assert!((cpu_factor - cpu.unwrap()).abs() < 1e-9);
+    assert_eq!(
+        j["speed_model"]["executors"]
+            .as_object()
+            .expect("executors")
+            .len(),
+        e.speed_scaled.len()
+    );
+
+    // Planning at the speed of the hour times the reference layer here and says so.
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../zoo/tiny_conv.tflite");
+    let run = tandem()
+        .arg("compile")
+        .arg(&model)
+        .arg("--profile")
+        .arg(&out)
+        .arg("--speed-probe")
+        .arg("-o")
+        .arg(dir.path().join("tiny.tandem"))
+        .output()
+        .expect("tandem compile");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("planned at the machine's speed now by the reference layer (GPU side")
+            && stderr.contains("predictions ×"),
+        "{stderr}"
+    );
+    // A profile without a speed model cannot be brought to it: an error naming it.
+    let plain = dir.path().join("plain.profile");
+    let run = tandem()
+        .arg("train")
+        .arg(&paths[0])
+        .arg("-o")
+        .arg(&plain)
+        .output()
+        .expect("tandem train");
+    assert!(run.status.success());
+    assert!(tandem_predictors::Profile::load(&plain)
+        .expect("profile")
+        .speed
+        .is_empty());
+    let run = tandem()
+        .arg("compile")
+        .arg(&model)
+        .arg("--profile")
+        .arg(&plain)
+        .arg("--speed-probe")
+        .arg("-o")
+        .arg(dir.path().join("no.tandem"))
+        .output()
+        .expect("tandem compile");
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("the profile plain.profile has no speed model"),
+        "{stderr}"
+    );
+}

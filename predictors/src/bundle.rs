@@ -9,6 +9,7 @@ use crate::calibrate::Calibration;
 use crate::corun::{self, Contention};
 use crate::features::{self, cpu_executor, Layer, OpKind};
 use crate::forest::{Baseline, Forest};
+use crate::speed::SpeedModel;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -172,6 +173,11 @@ pub struct Profile {
     /// none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub contention: BTreeMap<String, Contention>,
+    /// How each side's latencies follow the machine's speed of the hour, read from the
+    /// reference layer ([`crate::speed`]; `tandem train` with several datasets). Empty in
+    /// profiles trained without it: their predictions do not move with a probe.
+    #[serde(default, skip_serializing_if = "SpeedModel::is_empty")]
+    pub speed: SpeedModel,
 }
 
 /// Why a profile could not be used.
@@ -257,6 +263,11 @@ impl Profile {
         }
         for (key, c) in &p.contention {
             c.check().map_err(|m| format!("contention.{key}: {m}"))?;
+        }
+        for (side, s) in [("gpu", &p.speed.gpu), ("cpu", &p.speed.cpu)] {
+            if let Some(s) = s {
+                s.check().map_err(|m| format!("speed.{side}: {m}"))?;
+            }
         }
         Ok(p)
     }

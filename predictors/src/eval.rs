@@ -61,6 +61,14 @@ pub struct Evaluation {
     /// accuracy of every prediction scaled by that side's probe change: the machine's speed
     /// taken out by the reference layer alone, not fitted on the dataset's latencies.
     pub probe_scaled: BTreeMap<String, Accuracy>,
+    /// The factor of the profile's speed model ([`crate::speed`]) per side (GPU, CPU) at the
+    /// dataset's reference-layer time: `None` where the profile has no model for the side or
+    /// the dataset recorded no probe on it.
+    pub speed_factor: [Option<f64>; 2],
+    /// Per executor of a side with a [`Evaluation::speed_factor`], the accuracy of its
+    /// predictions scaled by it: the profile's predictions for the machine's speed of the hour
+    /// as the reference layer read it (fitted on the profile's datasets, not on this one).
+    pub speed_scaled: BTreeMap<String, Accuracy>,
 }
 
 /// How much slower (+) or faster (−) the quiet gate's reference layer ran for `dataset`
@@ -137,6 +145,27 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
             Some((k.clone(), accuracy(&scaled, m)))
         })
         .collect();
+    let probe_ms = probe.unwrap_or_default();
+    let speed_factor = [
+        profile
+            .speed
+            .gpu
+            .zip(probe_ms.gpu_ms)
+            .map(|(s, p)| s.factor(p)),
+        profile
+            .speed
+            .cpu
+            .zip(probe_ms.cpu_ms)
+            .map(|(s, p)| s.factor(p)),
+    ];
+    let speed_scaled = pairs
+        .iter()
+        .filter_map(|(k, (p, m))| {
+            let f = speed_factor[usize::from(is_cpu(k))]?;
+            let scaled: Vec<f64> = p.iter().map(|p| p * f).collect();
+            Some((k.clone(), accuracy(&scaled, m)))
+        })
+        .collect();
     Evaluation {
         executors: pairs
             .iter()
@@ -156,6 +185,8 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
         probe,
         probe_change: change,
         probe_scaled,
+        speed_factor,
+        speed_scaled,
     }
 }
 
@@ -229,6 +260,10 @@ pub fn to_json(e: &Evaluation) -> serde_json::Value {
         "machine_offset": e.machine_offset,
         "speed_adjusted": accuracies_json(&e.speed_adjusted),
         "probe_scaled": accuracies_json(&e.probe_scaled),
+        "speed_model": {
+            "factor": {"gpu": e.speed_factor[0], "cpu": e.speed_factor[1]},
+            "executors": accuracies_json(&e.speed_scaled),
+        },
     })
 }
 

@@ -11,6 +11,7 @@
 //! - [`eval`]: MAPE and ±10% share per executor on any dataset.
 //! - [`calibrate`]: per-executor factors that bring a profile to the device's speed today.
 //! - [`corun`]: the contention of split steps (both sides at once), measured and fitted.
+//! - [`speed`]: how the latencies follow the machine's speed of the hour, by the reference layer.
 
 pub mod bundle;
 pub mod calibrate;
@@ -21,6 +22,7 @@ pub mod features;
 pub mod forest;
 pub mod measure;
 pub mod quiet;
+pub mod speed;
 #[cfg(feature = "lightgbm")]
 pub mod train;
 

@@ -660,6 +660,7 @@ pub fn train_from(
         sync_ms,
         executors,
         contention: BTreeMap::new(),
+        speed: Default::default(),
     };
     let report = Report {
         dataset: dataset_name.to_string(),

@@ -129,6 +129,13 @@ struct PlanArgs {
     /// Compile for the GPU described in this JSON file instead of this machine's OpenCL device.
     #[arg(long, value_name = "FILE.json")]
     gpu_device: Option<PathBuf>,
+    /// Plan at this machine's speed now: time the profile's reference layer on both sides (a
+    /// few seconds) and scale each side's predictions by the profile's speed model (`tandem
+    /// train` on several datasets). For a shared host whose speed moves between hours. Needs
+    /// a profile with a speed model and this machine's OpenCL device; sets
+    /// POCL_MAX_PTHREAD_COUNT=1 when unset and pins the sides like --oracle.
+    #[arg(long, conflicts_with_all = ["cpu_only", "gpu_only", "split_fraction", "split", "oracle", "gpu_device"])]
+    speed_probe: bool,
 }
 
 impl PlanArgs {
@@ -137,7 +144,7 @@ impl PlanArgs {
         if self.cpu_only || self.gpu_only || self.split_fraction.is_some() || self.split.is_some() {
             return None;
         }
-        Some(if self.oracle {
+        let source = if self.oracle {
             runner::PlanSource::Oracle {
                 max_candidates: self.oracle_candidates,
                 options: Default::default(),
@@ -146,6 +153,11 @@ impl PlanArgs {
             runner::PlanSource::Profile(p.clone())
         } else {
             runner::PlanSource::Default
+        };
+        Some(if self.speed_probe {
+            runner::PlanSource::AtSpeedNow(Box::new(source))
+        } else {
+            source
         })
     }
 
@@ -250,8 +262,10 @@ fn run(cli: Cli) -> Result<()> {
             };
             let (artifact, report) = match plan.source() {
                 Some(source) => {
-                    if matches!(source, runner::PlanSource::Oracle { .. })
-                        && std::env::var_os("POCL_MAX_PTHREAD_COUNT").is_none()
+                    if matches!(
+                        source,
+                        runner::PlanSource::Oracle { .. } | runner::PlanSource::AtSpeedNow(_)
+                    ) && std::env::var_os("POCL_MAX_PTHREAD_COUNT").is_none()
                     {
                         // SAFETY: no other thread exists yet; OpenCL has not started.
                         unsafe { tandem_runtime::profile::limit_pocl_threads() };
@@ -325,10 +339,10 @@ fn run(cli: Cli) -> Result<()> {
             exec,
             refactor_depthwise,
         } => {
-            if plan.profile.is_some() || plan.oracle {
+            if plan.profile.is_some() || plan.oracle || plan.speed_probe {
                 anyhow::bail!(
                     "run takes hand-made plans only; plan with `tandem compile` (--profile, \
-                     --oracle) and run the .tandem it writes"
+                     --oracle, --speed-probe) and run the .tandem it writes"
                 );
             }
             let p = plan.plan()?;

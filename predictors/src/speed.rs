@@ -1,0 +1,326 @@
+//! The machine's speed of the hour, read from the reference layer.
+//!
+//! On a shared host the whole machine runs several percent faster or slower from one hour to
+//! the next (the second Xeon host: −4% to +8% against one profile over a dozen datasets, and
+//! 7 points apart between two sets measured a quarter of an hour apart). No profile measured
+//! earlier knows the hour's speed; the quiet gate's reference layer ([`crate::quiet`], each
+//! row's `probe_ms`) does, in part. Across a host's datasets the level of the latencies
+//! against one profile follows the reference layer's time with an *elasticity* below one:
+//! the second Xeon host's levels moved 0.54 times as much as the probe's on the CPU side and
+//! 0.30 times on the GPU side, and the fit left 1.6–1.8% of their 2.2–2.5% spread.
+//!
+//! A [`SpeedModel`] holds that fit per side (`tandem train` with several datasets, fitted
+//! against the profile it trains): the probe time at which the predictions hold as trained,
+//! the level there, and the elasticity. [`SideSpeed::factor`] scales a side's predictions for
+//! a probe time measured now (`tandem compile --speed-probe`, or a dataset's own probes in
+//! `tandem eval`).
+//!
+//! Contracts:
+//! - [`fit_side`] needs at least [`MIN_DATASETS`] datasets and a slope at least
+//!   [`MIN_T`] standard errors above zero; otherwise the side has no model (`None`): a probe
+//!   that does not track the levels must not move the predictions.
+//! - The elasticity is at most [`MAX_ELASTICITY`]; a factor is finite and positive for a
+//!   positive probe time.
+
+use crate::bundle::{ProbeSpeed, Profile};
+use crate::dataset::Row;
+use crate::eval::{evaluate, machine_offset};
+use crate::features::is_cpu;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Datasets a side's fit needs at least.
+pub const MIN_DATASETS: usize = 4;
+/// Standard errors the fitted elasticity must lie above zero.
+pub const MIN_T: f64 = 2.0;
+/// The largest elasticity kept (a latency moving more than the reference layer itself would
+/// be a fit on too few datasets).
+pub const MAX_ELASTICITY: f64 = 1.5;
+
+/// One side's speed model: `factor(p) = level · (p / probe_ms)^elasticity`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SideSpeed {
+    /// The reference layer's time (ms) the fit is centred on: the geometric mean of the
+    /// datasets' probe times.
+    pub probe_ms: f64,
+    /// The datasets' level against the profile at that probe time (a factor on the
+    /// predictions; 1: as trained).
+    pub level: f64,
+    /// How much the level moves per unit of the probe's (both as logarithms).
+    pub elasticity: f64,
+    /// The datasets fitted.
+    pub datasets: usize,
+    /// The standard deviation of the datasets' levels (of their logarithm, in percent) before
+    /// the fit, and what the fit left of it.
+    pub spread_percent: f64,
+    pub residual_percent: f64,
+}
+
+impl SideSpeed {
+    /// The factor on this side's predictions when the reference layer takes `probe_ms`.
+    pub fn factor(&self, probe_ms: f64) -> f64 {
+        self.level * (probe_ms / self.probe_ms).powf(self.elasticity)
+    }
+
+    /// Whether the fields describe a usable model (finite, positive, elasticity in range).
+    pub fn check(&self) -> Result<(), String> {
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        if !positive(self.probe_ms) || !positive(self.level) {
+            return Err(format!(
+                "probe_ms {} and level {} must be positive",
+                self.probe_ms, self.level
+            ));
+        }
+        if !(0.0..=MAX_ELASTICITY).contains(&self.elasticity) {
+            return Err(format!(
+                "elasticity {} is outside 0–{MAX_ELASTICITY}",
+                self.elasticity
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The speed model of both sides (either may be missing).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct SpeedModel {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<SideSpeed>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<SideSpeed>,
+}
+
+impl SpeedModel {
+    /// The model of the CPU side (`cpu`) or the GPU side.
+    pub fn side(&self, cpu: bool) -> Option<&SideSpeed> {
+        if cpu {
+            self.cpu.as_ref()
+        } else {
+            self.gpu.as_ref()
+        }
+    }
+
+    /// Whether neither side has a model.
+    pub fn is_empty(&self) -> bool {
+        self.gpu.is_none() && self.cpu.is_none()
+    }
+}
+
+/// Fits one side's model on `(probe_ms, level)` per dataset: the least-squares line of
+/// `ln(level)` on `ln(probe_ms)`. `None` with fewer than [`MIN_DATASETS`] datasets, when the
+/// probe times do not vary, or when the slope is not [`MIN_T`] standard errors above zero.
+pub fn fit_side(points: &[(f64, f64)]) -> Option<SideSpeed> {
+    let logs: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|(p, l)| p.is_finite() && *p > 0.0 && l.is_finite() && *l > 0.0)
+        .map(|(p, l)| (p.ln(), l.ln()))
+        .collect();
+    let n = logs.len();
+    if n < MIN_DATASETS {
+        return None;
+    }
+    let nf = n as f64;
+    let mx = logs.iter().map(|(x, _)| x).sum::<f64>() / nf;
+    let my = logs.iter().map(|(_, y)| y).sum::<f64>() / nf;
+    let sxx: f64 = logs.iter().map(|(x, _)| (x - mx).powi(2)).sum();
+    let syy: f64 = logs.iter().map(|(_, y)| (y - my).powi(2)).sum();
+    let sxy: f64 = logs.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    if sxx <= 1e-12 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let residual = (syy - slope * sxy).max(0.0);
+    let se = (residual / (nf - 2.0) / sxx).sqrt();
+    if !(slope > 0.0 && slope >= MIN_T * se) {
+        return None;
+    }
+    Some(SideSpeed {
+        probe_ms: mx.exp(),
+        level: my.exp(),
+        elasticity: slope.min(MAX_ELASTICITY),
+        datasets: n,
+        spread_percent: 100.0 * (syy / nf).sqrt(),
+        residual_percent: 100.0 * (residual / nf).sqrt(),
+    })
+}
+
+/// One dataset's speed against a profile, per side (GPU, CPU): its reference layer's time
+/// ([`ProbeSpeed`]) and its level (the median over the side's executors of their median
+/// measured / predicted, as a factor; `tandem eval`'s offsets). `None` where it lacks either.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DatasetSpeed {
+    pub probe_ms: [Option<f64>; 2],
+    pub level: [Option<f64>; 2],
+}
+
+impl DatasetSpeed {
+    /// The speed of the dataset `rows` against `profile`.
+    pub fn of(profile: &Profile, rows: &[Row]) -> DatasetSpeed {
+        let e = evaluate(profile, rows);
+        let level = |cpu: bool| {
+            let side: BTreeMap<String, f64> = e
+                .offset
+                .iter()
+                .filter(|(k, _)| is_cpu(k) == cpu)
+                .map(|(k, &v)| (k.clone(), v))
+                .collect();
+            (!side.is_empty()).then(|| 1.0 + machine_offset(&side) / 100.0)
+        };
+        let probe = ProbeSpeed::of(rows).unwrap_or_default();
+        DatasetSpeed {
+            probe_ms: [probe.gpu_ms, probe.cpu_ms],
+            level: [level(false), level(true)],
+        }
+    }
+}
+
+/// The speed model of `profile` fitted on datasets of one host measured at different hours
+/// ([`DatasetSpeed`] each, against that profile), per side by [`fit_side`].
+pub fn fit(datasets: &[DatasetSpeed]) -> SpeedModel {
+    let side = |i: usize| {
+        let points: Vec<(f64, f64)> = datasets
+            .iter()
+            .filter_map(|d| Some((d.probe_ms[i]?, d.level[i]?)))
+            .collect();
+        fit_side(&points)
+    };
+    SpeedModel {
+        gpu: side(0),
+        cpu: side(1),
+    }
+}
+
+/// Times the reference layer takes on each side now, each [`NOW_PROBES`] times.
+pub const NOW_PROBES: usize = 24;
+/// The slack of `tandem profile`'s quiet gate by default (8%): a dataset's probe times are
+/// those of its quiet rounds, so a reading now keeps the probes within this of their quiet
+/// time too.
+pub const NOW_SLACK: f64 = 0.08;
+
+/// The median of the probe times within [`NOW_SLACK`] of their 10th percentile (their quiet
+/// time, as the quiet gate takes it): the reading a dataset's rows would have recorded. 0 for
+/// none.
+pub fn quiet_median(times: &[f64]) -> f64 {
+    let mut v: Vec<f64> = times.iter().copied().filter(|t| t.is_finite()).collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let quiet = v[(v.len() - 1) / 10];
+    let mut kept: Vec<f64> = v
+        .into_iter()
+        .filter(|&t| t <= quiet * (1.0 + NOW_SLACK))
+        .collect();
+    tandem_runtime::profile::median(&mut kept)
+}
+
+/// The reference layer's time on this machine now, per side (GPU, CPU side on one thread),
+/// by [`quiet_median`] of [`NOW_PROBES`] alternating readings (a few seconds).
+pub fn probe_now(
+    profiler: &mut tandem_runtime::profile::Profiler,
+) -> Result<[f64; 2], tandem_runtime::gpu::GpuError> {
+    let op = tandem_runtime::profile::probe_layer();
+    let mut bench = profiler.layer_with_probe(&op, &[op.channels()], 1)?;
+    let (mut gpu, mut cpu) = (Vec::new(), Vec::new());
+    for _ in 0..NOW_PROBES {
+        gpu.push(bench.probe_gpu()?);
+        cpu.push(bench.probe_cpu()?);
+    }
+    Ok([quiet_median(&gpu), quiet_median(&cpu)])
+}
+
+impl Profile {
+    /// This profile at the machine's speed when the reference layer takes `probe_ms` (GPU,
+    /// CPU side): each executor's predictions scaled by its side's [`SideSpeed::factor`].
+    /// Returns the factors too; a side without a model keeps factor 1.
+    pub fn at_probe_speed(&self, probe_ms: [f64; 2]) -> (Profile, [f64; 2]) {
+        let factor = |side: Option<&SideSpeed>, p: f64| side.map_or(1.0, |s| s.factor(p));
+        let factors = [
+            factor(self.speed.gpu.as_ref(), probe_ms[0]),
+            factor(self.speed.cpu.as_ref(), probe_ms[1]),
+        ];
+        let mut p = self.clone();
+        for (name, e) in &mut p.executors {
+            e.scale *= factors[usize::from(is_cpu(name))];
+        }
+        (p, factors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Levels that follow the probe with elasticity 0.5 around level 1.02 at probe 0.18 ms,
+    /// with a little scatter.
+    fn hours() -> Vec<(f64, f64)> {
+        [0.17, 0.175, 0.18, 0.185, 0.19, 0.195]
+            .iter()
+            .zip([0.004, -0.003, 0.002, -0.004, 0.003, -0.002])
+            .map(|(&p, e): (&f64, f64)| (p, 1.02 * (p / 0.18f64).powf(0.5) * (1.0 + e)))
+            .collect()
+    }
+
+    #[test]
+    fn the_fit_recovers_the_elasticity_and_the_level() {
+        let s = fit_side(&hours()).expect("a model");
+        assert!((s.elasticity - 0.5).abs() < 0.1, "{s:?}");
+        assert!((s.factor(0.18) / 1.02 - 1.0).abs() < 0.005, "{s:?}");
+        assert!(s.residual_percent < 0.5 * s.spread_percent, "{s:?}");
+        assert_eq!(s.datasets, 6);
+        s.check().expect("usable");
+        // Faster hour, smaller factor; by the elasticity.
+        let ratio = s.factor(0.171) / s.factor(0.19);
+        assert!((ratio - (0.171f64 / 0.19).powf(s.elasticity)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn no_model_without_enough_datasets_or_a_tracking_probe() {
+        assert!(fit_side(&hours()[..3]).is_none());
+        // Levels that do not follow the probe.
+        let flat: Vec<(f64, f64)> = hours()
+            .iter()
+            .zip([1.0, 1.03, 0.98, 1.02, 0.99, 1.01])
+            .map(|(&(p, _), l)| (p, l))
+            .collect();
+        assert!(fit_side(&flat).is_none());
+        // One probe time for all.
+        let same: Vec<(f64, f64)> = hours().iter().map(|&(_, l)| (0.18, l)).collect();
+        assert!(fit_side(&same).is_none());
+        // A level that falls as the probe slows is no speed reading either.
+        let inverse: Vec<(f64, f64)> = hours().iter().map(|&(p, l)| (p, 1.0 / l)).collect();
+        assert!(fit_side(&inverse).is_none());
+    }
+
+    #[test]
+    fn a_reading_now_is_the_median_of_its_quiet_probes() {
+        // Quiet near 1.0; a slow phase at 1.3 and 1.5 is left out.
+        let mut t = vec![1.0, 1.02, 1.01, 1.05, 1.03, 1.3, 1.5, 1.04, 0.99, 1.06];
+        assert!(
+            (quiet_median(&t) - 1.025).abs() < 1e-9,
+            "{}",
+            quiet_median(&t)
+        );
+        t.push(f64::NAN);
+        assert!((quiet_median(&t) - 1.025).abs() < 1e-9);
+        assert_eq!(quiet_median(&[]), 0.0);
+    }
+
+    #[test]
+    fn the_check_refuses_unusable_fields() {
+        let s = fit_side(&hours()).expect("a model");
+        for bad in [
+            SideSpeed {
+                elasticity: 2.0,
+                ..s
+            },
+            SideSpeed {
+                level: f64::NAN,
+                ..s
+            },
+            SideSpeed { probe_ms: 0.0, ..s },
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
+    }
+}
