@@ -648,6 +648,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
 }
 
 /// The file name of `path`, for provenance (empty when it has none).
+#[cfg(feature = "lightgbm")]
 fn file_name_of(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())

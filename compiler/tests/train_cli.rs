@@ -788,7 +788,7 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
     assert!(run.status.success());
     let j: serde_json::Value = serde_json::from_slice(&run.stdout).expect("json");
     let cpu_factor = j["speed_model"]["factor"]["cpu"].as_f64().expect("factor");
-    assert!((cpu_factor - cpu.unwrap()).abs() < 1e-9);
+    assert!((cpu_factor - cpu.expect("a CPU factor")).abs() < 1e-9);
     assert_eq!(
         j["speed_model"]["executors"]
             .as_object()
