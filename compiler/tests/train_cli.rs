@@ -700,17 +700,17 @@ fn add_pools_further_datasets_each_at_the_base_speed_and_refuses_another_device(
 fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
     use tandem_predictors::eval::evaluate;
     let dir = tempfile::tempdir().expect("tempdir");
-    // 15 configurations of each op kind (a model's layers of every kind get predictions).
-    let rows = dataset::read(&profiles().join("pocl-1core.fresh17.csv.gz")).expect("data");
-    let mut per_op: std::collections::BTreeMap<String, BTreeSet<&str>> = Default::default();
+    // 12 configurations of each executor (a model's layers get predictions whichever kernel
+    // they dispatch to).
+    let rows = dataset::read(&profiles().join("pocl-1core-xeon2.fresh8.csv.gz")).expect("data");
+    let mut per_executor: std::collections::BTreeMap<&str, BTreeSet<&str>> = Default::default();
     for r in &rows {
-        let op = r.config.split(':').next().unwrap_or_default().to_string();
-        let configs = per_op.entry(op).or_default();
-        if configs.len() < 15 {
+        let configs = per_executor.entry(r.executor.as_str()).or_default();
+        if configs.len() < 12 {
             configs.insert(r.config.as_str());
         }
     }
-    let keep: BTreeSet<&str> = per_op.values().flatten().copied().collect();
+    let keep: BTreeSet<&str> = per_executor.values().flatten().copied().collect();
     let some: Vec<Row> = rows
         .iter()
         .filter(|r| keep.contains(r.config.as_str()))
@@ -734,7 +734,7 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
         paths.push(path);
     }
     std::fs::copy(
-        profiles().join("pocl-1core.fresh17.device.json"),
+        profiles().join("pocl-1core-xeon2.device.json"),
         dir.path().join("hour0.device.json"),
     )
     .expect("sidecar");
@@ -798,7 +798,8 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
     );
 
     // Planning at the speed of the hour times the reference layer here and says so.
-    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../zoo/tiny_conv.tflite");
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/fixtures/mobile_block_fp32.tflite");
     let run = tandem()
         .arg("compile")
         .arg(&model)
