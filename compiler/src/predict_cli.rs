@@ -682,6 +682,7 @@ fn training_rows(
             " without the short GPU parts of slow joins (+{percent}%)"
         ));
     }
+    let as_measured = rows.clone();
     if let Some((profile, base_name)) = speed_base {
         let e = evaluate(profile, &rows);
         if e.offset.is_empty() {
@@ -708,16 +709,7 @@ fn training_rows(
             path.display()
         );
         name.push_str(&format!(" at the speed of {base_name} (÷{factor:.4})"));
-        let as_measured = rows
-            .iter()
-            .map(|r| dataset::Row {
-                ms: r.ms * factor,
-                ..r.clone()
-            })
-            .collect();
-        return Ok((rows, name, as_measured));
     }
-    let as_measured = rows.clone();
     Ok((rows, name, as_measured))
 }
 

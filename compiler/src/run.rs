@@ -325,14 +325,17 @@ pub fn compile_planned(
         );
     };
     let (source, speed_now) = match source {
-        PlanSource::AtSpeedNow(inner) => match inner.as_ref() {
-            PlanSource::Default | PlanSource::Profile(_) => (inner.as_ref(), true),
-            _ => bail!("the speed of the hour scales a profile's predictions: plan with the shipped profile or --profile"),
-        },
+        PlanSource::AtSpeedNow(inner) => (inner.as_ref(), true),
         other => (other, false),
     };
+    if speed_now && !matches!(source, PlanSource::Default | PlanSource::Profile(_)) {
+        bail!(
+            "the speed of the hour scales a profile's predictions: plan with the shipped \
+             profile or --profile"
+        );
+    }
     let profile_path = match source {
-        PlanSource::AtSpeedNow(_) => unreachable!("unwrapped above"),
+        PlanSource::AtSpeedNow(_) => bail!("the speed of the hour is read once per plan"),
         PlanSource::Oracle {
             max_candidates,
             options,

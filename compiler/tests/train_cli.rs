@@ -17,6 +17,21 @@ fn tandem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tandem"))
 }
 
+/// Runs `cmd`, which must succeed (its stderr shown when it does not); its stderr.
+fn succeeds(cmd: &mut Command) -> String {
+    let run = cmd.output().expect("tandem runs");
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{stderr}");
+    stderr
+}
+
+/// Runs `cmd`, which must fail; its stderr (the error).
+fn fails(cmd: &mut Command) -> String {
+    let run = cmd.output().expect("tandem runs");
+    assert!(!run.status.success(), "succeeded");
+    String::from_utf8_lossy(&run.stderr).into_owned()
+}
+
 fn profiles() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../predictors/profiles")
 }
@@ -381,19 +396,17 @@ fn a_base_profile_of_the_same_device_is_corrected_and_another_device_refused() {
         "host2",
     );
     let (out, rep) = (dir.path().join("h2.profile"), dir.path().join("h2.json"));
-    let run = tandem()
-        .arg("train")
-        .arg(&data)
-        .arg("--base")
-        .arg(profiles().join("pocl-1core.profile"))
-        .arg("-o")
-        .arg(&out)
-        .arg("--report-json")
-        .arg(&rep)
-        .output()
-        .expect("tandem train");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
+    let stderr = succeeds(
+        tandem()
+            .arg("train")
+            .arg(&data)
+            .arg("--base")
+            .arg(profiles().join("pocl-1core.profile"))
+            .arg("-o")
+            .arg(&out)
+            .arg("--report-json")
+            .arg(&rep),
+    );
     assert!(
         stderr.contains("cv MAPE correcting pocl-1core.profile"),
         "{stderr}"
@@ -480,18 +493,16 @@ fn base_speed_takes_the_datasets_machine_offset_out_before_correcting() {
     let offset = evaluate(&base, &some).machine_offset;
     assert!(offset.abs() > 3.0, "{offset}");
     let out = dir.path().join("h2.profile");
-    let run = tandem()
-        .arg("train")
-        .arg(&data)
-        .arg("--base")
-        .arg(&base_path)
-        .arg("--base-speed")
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .expect("tandem train");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
+    let stderr = succeeds(
+        tandem()
+            .arg("train")
+            .arg(&data)
+            .arg("--base")
+            .arg(&base_path)
+            .arg("--base-speed")
+            .arg("-o")
+            .arg(&out),
+    );
     let factor = format!("{:.4}", 1.0 + offset / 100.0);
     assert!(
         stderr.contains(&format!("ran {offset:+.2}% against pocl-1core.profile"))
@@ -527,33 +538,29 @@ fn base_speed_takes_the_datasets_machine_offset_out_before_correcting() {
         dir.path().join("strange.device.json"),
     )
     .expect("sidecar");
-    let run = tandem()
-        .arg("train")
-        .arg(&strange)
-        .arg("--base")
-        .arg(&base_path)
-        .arg("--base-speed")
-        .arg("-o")
-        .arg(dir.path().join("no.profile"))
-        .output()
-        .expect("tandem train");
-    assert!(!run.status.success());
-    let stderr = String::from_utf8_lossy(&run.stderr);
+    let stderr = fails(
+        tandem()
+            .arg("train")
+            .arg(&strange)
+            .arg("--base")
+            .arg(&base_path)
+            .arg("--base-speed")
+            .arg("-o")
+            .arg(dir.path().join("no.profile")),
+    );
     assert!(
         stderr.contains("is in pocl-1core.profile, so it has no speed against it"),
         "{stderr}"
     );
 
-    let run = tandem()
-        .arg("train")
-        .arg(&data)
-        .arg("--base-speed")
-        .arg("-o")
-        .arg(dir.path().join("no.profile"))
-        .output()
-        .expect("tandem train");
-    assert!(!run.status.success());
-    let stderr = String::from_utf8_lossy(&run.stderr);
+    let stderr = fails(
+        tandem()
+            .arg("train")
+            .arg(&data)
+            .arg("--base-speed")
+            .arg("-o")
+            .arg(dir.path().join("no.profile")),
+    );
     assert!(stderr.contains("--base"), "{stderr}");
 }
 
@@ -608,20 +615,18 @@ fn add_pools_further_datasets_each_at_the_base_speed_and_refuses_another_device(
         evaluate(&base, &b).machine_offset,
     );
     let out = dir.path().join("ab.profile");
-    let run = tandem()
-        .arg("train")
-        .arg(&pa)
-        .arg("--add")
-        .arg(&pb)
-        .arg("--base")
-        .arg(&base_path)
-        .arg("--base-speed")
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .expect("tandem train");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
+    let stderr = succeeds(
+        tandem()
+            .arg("train")
+            .arg(&pa)
+            .arg("--add")
+            .arg(&pb)
+            .arg("--base")
+            .arg(&base_path)
+            .arg("--base-speed")
+            .arg("-o")
+            .arg(&out),
+    );
     // Each dataset's own offset is taken out: the slower one's is about 10 points more.
     let (fa, fb) = (1.0 + offset_a / 100.0, 1.0 + offset_b / 100.0);
     assert!((fb / fa - 1.1).abs() < 0.03, "{offset_a} {offset_b}");
@@ -676,17 +681,15 @@ fn add_pools_further_datasets_each_at_the_base_speed_and_refuses_another_device(
         .collect();
     let po = dir.path().join("other.csv");
     dataset::write(&po, &other).expect("write");
-    let run = tandem()
-        .arg("train")
-        .arg(&pa)
-        .arg("--add")
-        .arg(&po)
-        .arg("-o")
-        .arg(dir.path().join("no.profile"))
-        .output()
-        .expect("tandem train");
-    assert!(!run.status.success());
-    let stderr = String::from_utf8_lossy(&run.stderr);
+    let stderr = fails(
+        tandem()
+            .arg("train")
+            .arg(&pa)
+            .arg("--add")
+            .arg(&po)
+            .arg("-o")
+            .arg(dir.path().join("no.profile")),
+    );
     assert!(
         stderr.contains(&format!(
             "--add {}: measured on 'another GPU'",
@@ -800,18 +803,16 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
     // Planning at the speed of the hour times the reference layer here and says so.
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../models/fixtures/mobile_block_fp32.tflite");
-    let run = tandem()
-        .arg("compile")
-        .arg(&model)
-        .arg("--profile")
-        .arg(&out)
-        .arg("--speed-probe")
-        .arg("-o")
-        .arg(dir.path().join("tiny.tandem"))
-        .output()
-        .expect("tandem compile");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
+    let stderr = succeeds(
+        tandem()
+            .arg("compile")
+            .arg(&model)
+            .arg("--profile")
+            .arg(&out)
+            .arg("--speed-probe")
+            .arg("-o")
+            .arg(dir.path().join("tiny.tandem")),
+    );
     assert!(
         stderr.contains("planned at the machine's speed now by the reference layer (GPU side")
             && stderr.contains("predictions ×"),
@@ -831,18 +832,16 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
         .expect("profile")
         .speed
         .is_empty());
-    let run = tandem()
-        .arg("compile")
-        .arg(&model)
-        .arg("--profile")
-        .arg(&plain)
-        .arg("--speed-probe")
-        .arg("-o")
-        .arg(dir.path().join("no.tandem"))
-        .output()
-        .expect("tandem compile");
-    assert!(!run.status.success());
-    let stderr = String::from_utf8_lossy(&run.stderr);
+    let stderr = fails(
+        tandem()
+            .arg("compile")
+            .arg(&model)
+            .arg("--profile")
+            .arg(&plain)
+            .arg("--speed-probe")
+            .arg("-o")
+            .arg(dir.path().join("no.tandem")),
+    );
     assert!(
         stderr.contains("the profile plain.profile has no speed model"),
         "{stderr}"

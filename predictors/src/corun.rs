@@ -141,7 +141,7 @@ pub fn read(path: &Path) -> Result<Vec<CorunRow>, CorunError> {
         message,
     };
     let text = crate::dataset::read_text(path).map_err(|e| match e {
-        DatasetError::Io { source, .. } => err(source.to_string()),
+        DatasetError::Io { error, .. } => err(error.to_string()),
         DatasetError::Parse { message, .. } => err(message),
     })?;
     let mut lines = text.lines();
@@ -333,10 +333,10 @@ pub fn measure(
     mut progress: impl FnMut(&Progress),
 ) -> Result<CorunSummary, ProfileRunError> {
     let device = profiler.device().label();
-    let io_err = |source| {
+    let io_err = |error| {
         ProfileRunError::Dataset(DatasetError::Io {
             path: out.to_path_buf(),
-            source,
+            error,
         })
     };
     let nonempty = std::fs::metadata(out).is_ok_and(|m| m.len() > 0);

@@ -108,10 +108,12 @@ pub struct Row {
 /// Why a dataset could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
-    #[error("{path}: {source}")]
+    /// (`error`, not `source`: the message already states it, and a chain printing the
+    /// source again would say it twice.)
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}:{line}: {message}")]
     Parse {
@@ -499,9 +501,9 @@ pub fn passes_per_config(rows: &[Row]) -> std::collections::HashMap<&str, usize>
 
 /// The text of a file, decompressed when its name ends in `.gz`.
 pub(crate) fn read_text(path: &Path) -> Result<String, DatasetError> {
-    let io = |source| DatasetError::Io {
+    let io = |error| DatasetError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let bytes = std::fs::read(path).map_err(io)?;
     if path.extension().is_some_and(|e| e == "gz") {
@@ -566,9 +568,9 @@ impl Appender {
     /// columns existed is rewritten with them first (its rows keep one group and no recorded
     /// speed), so that old and new rows share a header.
     pub fn open(path: &Path) -> Result<Appender, DatasetError> {
-        let io = |source| DatasetError::Io {
+        let io = |error| DatasetError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         if let Ok(text) = std::fs::read_to_string(path) {
             let header = text.lines().next().unwrap_or("");
@@ -602,9 +604,9 @@ impl Appender {
         self.file
             .write_all(text.as_bytes())
             .and_then(|_| self.file.flush())
-            .map_err(|source| DatasetError::Io {
+            .map_err(|error| DatasetError::Io {
                 path: self.path.clone(),
-                source,
+                error,
             })
     }
 }
@@ -617,9 +619,9 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), DatasetError> {
         text.push_str(&r.to_csv());
         text.push('\n');
     }
-    let io = |source| DatasetError::Io {
+    let io = |error| DatasetError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     if path.extension().is_some_and(|e| e == "gz") {
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());

@@ -6,8 +6,9 @@
 //! earlier knows the hour's speed; the quiet gate's reference layer ([`crate::quiet`], each
 //! row's `probe_ms`) does, in part. Across a host's datasets the level of the latencies
 //! against one profile follows the reference layer's time with an *elasticity* below one:
-//! the second Xeon host's levels moved 0.54 times as much as the probe's on the CPU side and
-//! 0.30 times on the GPU side, and the fit left 1.6–1.8% of their 2.2–2.5% spread.
+//! over 14 datasets of the second Xeon host, its levels moved 0.50 times as much as the probe's
+//! on the CPU side and 0.26 times on the GPU side, and the fit left 1.7% of their 2.2–2.5%
+//! spread.
 //!
 //! A [`SpeedModel`] holds that fit per side (`tandem train` with several datasets, fitted
 //! against the profile it trains): the probe time at which the predictions hold as trained,
