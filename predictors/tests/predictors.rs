@@ -1186,6 +1186,7 @@ fn each_shipped_hosts_device_picks_its_profile() {
     for (sidecar, profile) in [
         ("pocl-1core.device.json", "pocl-1core.profile"),
         ("pocl-1core-xeon2.device.json", "pocl-1core-xeon2.profile"),
+        ("pocl-1core-xeon3.device.json", "pocl-1core-xeon3.profile"),
         ("pocl-1core-epyc.device.json", "pocl-1core-epyc.profile"),
     ] {
         let text = std::fs::read_to_string(dir.join(sidecar)).expect("shipped sidecar");
