@@ -480,8 +480,9 @@ fn measured_device(path: &Path) -> Option<DeviceInfo> {
 /// most like `device`'s: the nearest global memory size by ratio, the first on a tie. A
 /// device's description does not tell hosts apart (PoCL names the CPU as KVM shows it), but
 /// the memory it reports does: 22 GB on the Intel Xeon host of `pocl-1core.profile`, 8.1–9.8 GB
-/// (it moved between sessions) on the one of `pocl-1core-xeon2.profile`, 4.6 GB on the one of
-/// `pocl-1core-xeon3.profile`, whose speeds differed by 9–28% (`docs/evaluation.md`).
+/// (it moved between sessions) on the one of `pocl-1core-xeon2.profile`, 4.6–7.3 GB on the one of
+/// `pocl-1core-xeon3.profile` (it moved within a session, so that host is not always told
+/// from the second), whose speeds differed by 9–28% (`docs/evaluation.md`).
 pub fn pick_host(device: &DeviceInfo, candidates: &[(PathBuf, DeviceInfo)]) -> Option<PathBuf> {
     let distance = |d: &DeviceInfo| {
         let ratio = d.global_mem_bytes.max(1) as f64 / device.global_mem_bytes.max(1) as f64;
