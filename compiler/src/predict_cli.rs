@@ -171,6 +171,12 @@ pub struct TrainArgs {
     /// profile's dataset name.
     #[arg(long, requires = "base")]
     pub base_speed: bool,
+    /// With `--base`: accept a base measured on another OpenCL device (PoCL compiled for
+    /// another instruction set, say, on a host of another CPU generation). Its forests then
+    /// only start the search: cross-validation on this dataset still decides per executor
+    /// whether correcting them beats a forest from scratch. Without it such a base is refused.
+    #[arg(long, requires = "base")]
+    pub base_other_device: bool,
 }
 
 /// `tandem eval`: MAPE and ±10% share of a profile's predictions per executor.
@@ -539,8 +545,18 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         Some(path) => {
             let profile = tandem_predictors::Profile::load(path)?;
             if !profile.device().same_device(&meta.device) {
-                bail!(
-                    "--base {}: measured on '{}', the dataset on '{}'",
+                if !args.base_other_device {
+                    bail!(
+                        "--base {}: measured on '{}', the dataset on '{}' (--base-other-device \
+                         lets cross-validation decide whether its forests still help)",
+                        path.display(),
+                        profile.device().label(),
+                        meta.device.label()
+                    );
+                }
+                eprintln!(
+                    "--base {}: measured on '{}', the dataset on '{}'; cross-validation decides \
+                     per executor whether correcting it beats a forest from scratch",
                     path.display(),
                     profile.device().label(),
                     meta.device.label()

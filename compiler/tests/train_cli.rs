@@ -383,9 +383,9 @@ fn corun_datasets_give_the_profile_its_contention() {
 
 /// `tandem train --base`: a short measurement of another host corrects a profile of the same
 /// device (the report and the profile say which executors it corrects and from which profile);
-/// a base of another device is refused, naming both.
+/// a base of another device is refused, naming both, unless `--base-other-device` accepts it.
 #[test]
-fn a_base_profile_of_the_same_device_is_corrected_and_another_device_refused() {
+fn a_base_profile_of_the_same_device_is_corrected_and_another_device_only_when_asked() {
     // fresh17 was measured on a second Intel host, for which pocl-1core.profile is 10-40% off.
     let dir = tempfile::tempdir().expect("tempdir");
     let (data, _) = first_configs(
@@ -460,12 +460,53 @@ fn a_base_profile_of_the_same_device_is_corrected_and_another_device_refused() {
         String::from_utf8_lossy(&run.stderr).into_owned()
     };
     // The AMD host's profile is another device.
-    let stderr = refused(&profiles().join("pocl-1core-epyc.profile"));
+    let epyc = profiles().join("pocl-1core-epyc.profile");
+    let stderr = refused(&epyc);
     assert!(
-        stderr.contains("--base") && stderr.contains("AuthenticAMD") && stderr.contains("Intel"),
+        stderr.contains("--base")
+            && stderr.contains("AuthenticAMD")
+            && stderr.contains("Intel")
+            && stderr.contains("--base-other-device"),
         "{stderr}"
     );
     assert!(!dir.path().join("no.profile").exists());
+    // `--base-other-device` accepts it, says so, and cross-validation still chooses per
+    // executor between correcting it and a forest from scratch.
+    let (other, other_rep) = (
+        dir.path().join("other.profile"),
+        dir.path().join("other.json"),
+    );
+    let stderr = succeeds(
+        tandem()
+            .arg("train")
+            .arg(&data)
+            .arg("--base")
+            .arg(&epyc)
+            .arg("--base-other-device")
+            .arg("-o")
+            .arg(&other)
+            .arg("--report-json")
+            .arg(&other_rep),
+    );
+    assert!(
+        stderr.contains("cross-validation decides") && stderr.contains("AuthenticAMD"),
+        "{stderr}"
+    );
+    let r = report(&other_rep);
+    let mut tried = 0;
+    for (name, e) in r["executors"].as_object().expect("executors") {
+        if let (Some(cv), Some(s), Some(c)) = (
+            e["cv_mape"].as_f64(),
+            e["cv_mape_from_scratch"].as_f64(),
+            e["cv_mape_corrected"].as_f64(),
+        ) {
+            tried += 1;
+            assert_eq!(cv, s.min(c), "{name}");
+            assert_eq!(e["corrects"] == "pocl-1core-epyc.profile", c <= s, "{name}");
+        }
+    }
+    assert!(tried > 0, "{r:#}");
+    assert!(tandem_predictors::Profile::load(&other).is_ok());
 
     // A base that is not there is named.
     let stderr = refused(&dir.path().join("missing.profile"));

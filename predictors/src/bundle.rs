@@ -439,7 +439,10 @@ pub fn shipped_dir() -> PathBuf {
 }
 
 /// The shipped profile measured on a device like `device` ([`DeviceInfo::same_device`]); of
-/// several, the one whose device reported the nearest global memory size (`pick_host`).
+/// several, the one whose device reported the nearest global memory size (`pick_host`). Only
+/// the profiles directly in [`shipped_dir`] are candidates: `bases/` keeps earlier profiles of
+/// a host, and `explicit/` profiles that are used only when named (`--profile`), such as one
+/// whose plans measured slower than the CPU alone on its own host.
 pub fn default_for(device: &DeviceInfo) -> Option<PathBuf> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(shipped_dir())
         .ok()?

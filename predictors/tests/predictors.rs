@@ -1200,3 +1200,18 @@ fn each_shipped_hosts_device_picks_its_profile() {
         );
     }
 }
+
+/// A profile in `explicit/` is used only when named (`--profile`): its host's device, which no
+/// other shipped profile has, gets no default, and the profile loads for that device.
+#[test]
+fn an_explicit_only_profile_is_not_a_default() {
+    let dir = tandem_predictors::bundle::shipped_dir().join("explicit");
+    let text = std::fs::read_to_string(dir.join("pocl-1core-epyc-avx2.device.json"))
+        .expect("shipped sidecar");
+    let meta: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let device: DeviceInfo = serde_json::from_value(meta["device"].clone()).expect("device");
+    assert_eq!(tandem_predictors::bundle::default_for(&device), None);
+    let profile = tandem_predictors::Profile::load(&dir.join("pocl-1core-epyc-avx2.profile"))
+        .expect("explicit profile");
+    assert!(profile.device().same_device(&device));
+}
