@@ -396,11 +396,20 @@ pub fn compile_planned(
         PlanSource::Default => match tandem_predictors::bundle::default_for(&gpu) {
             Some(p) => p,
             None => {
+                let advice = match tandem_predictors::bundle::explicit_for(&gpu) {
+                    Some(p) => format!(
+                        "{} was measured on this device but is not a default, its plans having \
+                         lost there (docs/predictors.md); give --profile to use it anyway",
+                        p.display()
+                    ),
+                    None => "measure one with `tandem profile` + `tandem train` and give \
+                             --profile"
+                        .to_string(),
+                };
                 return cpu_only(format!(
-                    "no shipped profile matches {}: every step runs on the CPU (measure one with \
-                     `tandem profile` + `tandem train` and give --profile)",
+                    "no shipped profile matches {}: every step runs on the CPU ({advice})",
                     gpu.label()
-                ))
+                ));
             }
         },
     };

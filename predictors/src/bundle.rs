@@ -441,24 +441,40 @@ pub fn shipped_dir() -> PathBuf {
 /// The shipped profile measured on a device like `device` ([`DeviceInfo::same_device`]); of
 /// several, the one whose device reported the nearest global memory size (`pick_host`). Only
 /// the profiles directly in [`shipped_dir`] are candidates: `bases/` keeps earlier profiles of
-/// a host, and `explicit/` profiles that are used only when named (`--profile`), such as one
-/// whose plans measured slower than the CPU alone on its own host.
+/// a host, and `explicit/` profiles that are used only when named (`--profile`, see
+/// [`explicit_for`]), such as one whose plans measured slower than the CPU alone on its own host.
 pub fn default_for(device: &DeviceInfo) -> Option<PathBuf> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(shipped_dir())
-        .ok()?
+    pick_host(device, &profiles_of_device(&shipped_dir(), device))
+}
+
+/// The shipped profile in `explicit/` measured on a device like `device` (chosen as
+/// [`default_for`] chooses), which is never a default: for telling the user that one exists.
+pub fn explicit_for(device: &DeviceInfo) -> Option<PathBuf> {
+    pick_host(
+        device,
+        &profiles_of_device(&shipped_dir().join("explicit"), device),
+    )
+}
+
+/// The `.profile` files directly in `dir` (sorted by path) measured on a device like `device`,
+/// each with the device it was measured on; none when `dir` cannot be read.
+fn profiles_of_device(dir: &Path, device: &DeviceInfo) -> Vec<(PathBuf, DeviceInfo)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "profile"))
         .collect();
     paths.sort();
-    let candidates: Vec<(PathBuf, DeviceInfo)> = paths
+    paths
         .into_iter()
         .filter_map(|p| {
             let d = measured_device(&p)?;
             d.same_device(device).then_some((p, d))
         })
-        .collect();
-    pick_host(device, &candidates)
+        .collect()
 }
 
 /// The device a profile file was measured on, read without building its forests (a shipped

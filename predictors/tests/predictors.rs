@@ -1179,6 +1179,13 @@ fn the_profile_of_the_nearest_host_is_picked() {
     );
 }
 
+/// The device of a shipped dataset's sidecar (`*.device.json`).
+fn sidecar_device(path: &Path) -> DeviceInfo {
+    let text = std::fs::read_to_string(path).expect("shipped sidecar");
+    let meta: serde_json::Value = serde_json::from_str(&text).expect("json");
+    serde_json::from_value(meta["device"].clone()).expect("device")
+}
+
 /// The shipped profiles: each host's device description picks its own profile.
 #[test]
 fn each_shipped_hosts_device_picks_its_profile() {
@@ -1189,9 +1196,7 @@ fn each_shipped_hosts_device_picks_its_profile() {
         ("pocl-1core-xeon3.device.json", "pocl-1core-xeon3.profile"),
         ("pocl-1core-epyc.device.json", "pocl-1core-epyc.profile"),
     ] {
-        let text = std::fs::read_to_string(dir.join(sidecar)).expect("shipped sidecar");
-        let meta: serde_json::Value = serde_json::from_str(&text).expect("json");
-        let device: DeviceInfo = serde_json::from_value(meta["device"].clone()).expect("device");
+        let device = sidecar_device(&dir.join(sidecar));
         let picked = tandem_predictors::bundle::default_for(&device).expect("a profile");
         assert_eq!(
             picked.file_name().and_then(|n| n.to_str()),
@@ -1206,12 +1211,18 @@ fn each_shipped_hosts_device_picks_its_profile() {
 #[test]
 fn an_explicit_only_profile_is_not_a_default() {
     let dir = tandem_predictors::bundle::shipped_dir().join("explicit");
-    let text = std::fs::read_to_string(dir.join("pocl-1core-epyc-avx2.device.json"))
-        .expect("shipped sidecar");
-    let meta: serde_json::Value = serde_json::from_str(&text).expect("json");
-    let device: DeviceInfo = serde_json::from_value(meta["device"].clone()).expect("device");
+    let device = sidecar_device(&dir.join("pocl-1core-epyc-avx2.device.json"));
     assert_eq!(tandem_predictors::bundle::default_for(&device), None);
-    let profile = tandem_predictors::Profile::load(&dir.join("pocl-1core-epyc-avx2.profile"))
-        .expect("explicit profile");
+    let path = dir.join("pocl-1core-epyc-avx2.profile");
+    assert_eq!(
+        tandem_predictors::bundle::explicit_for(&device),
+        Some(path.clone())
+    );
+    let profile = tandem_predictors::Profile::load(&path).expect("explicit profile");
     assert!(profile.device().same_device(&device));
+    // A device with a default profile has no explicit one.
+    let zen5 = sidecar_device(
+        &tandem_predictors::bundle::shipped_dir().join("pocl-1core-epyc.device.json"),
+    );
+    assert_eq!(tandem_predictors::bundle::explicit_for(&zen5), None);
 }
