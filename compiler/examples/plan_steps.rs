@@ -51,8 +51,11 @@ fn main() -> Result<()> {
         return whole_layers(&mut profiler, &compile_file(&path, &base)?, passes);
     }
     let gpu = profiler.device().clone();
-    let profile_path = tandem_predictors::bundle::default_for(&gpu)
-        .with_context(|| format!("no shipped profile for {}", gpu.label()))?;
+    let profile_path = tandem_predictors::bundle::default_for(
+        &gpu,
+        tandem_runtime::profile::host_signature().as_deref(),
+    )
+    .with_context(|| format!("no shipped profile for {}", gpu.label()))?;
     let profile = Profile::load(&profile_path)?;
     let planned = compile_planned(&path, &base, &PlanSource::Default, Some(gpu))?;
     let report = planned.report.context("the plan has no report")?;

@@ -17,7 +17,7 @@ use tandem_predictors::measure::{self, progress_line, Limits, Plan};
 use tandem_predictors::Profile;
 use tandem_predictors::{calibrate, corun};
 use tandem_runtime::gpu::device::DeviceInfo;
-use tandem_runtime::profile::{cpu_description, LayerOp, MeasureOptions, Profiler};
+use tandem_runtime::profile::{cpu_description, host_signature, LayerOp, MeasureOptions, Profiler};
 
 /// Bytes in the MB of the command-line options (MiB).
 const MB: f64 = (1u64 << 20) as f64;
@@ -253,6 +253,10 @@ pub fn device_sidecar(dataset: &Path) -> PathBuf {
 struct Sidecar {
     device: DeviceInfo,
     cpu: String,
+    /// The host's processor signature (`host_signature`); absent in datasets measured before
+    /// it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    host: Option<String>,
     setting: String,
 }
 
@@ -456,6 +460,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     let meta = Sidecar {
         device: profiler.device().clone(),
         cpu: cpu.clone(),
+        host: host_signature(),
         setting: setting.clone(),
     };
     std::fs::write(&sidecar, serde_json::to_string_pretty(&meta)? + "\n")
@@ -629,6 +634,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         DeviceMeta {
             device: meta.device,
             cpu: meta.cpu,
+            host: meta.host,
             setting: meta.setting,
         },
         &name,

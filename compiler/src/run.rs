@@ -293,8 +293,9 @@ pub struct Planned {
 }
 
 /// Compiles `path` with a planned placement from `source` for `gpu` (`None`: no GPU known —
-/// the plan is CPU only, with a note). `base` gives threads, name and refactorization; its
-/// plan and GPU are replaced.
+/// the plan is CPU only, with a note), a device of this machine: [`compile_planned_on`] with
+/// this host's processor signature. `base` gives threads, name and refactorization; its plan
+/// and GPU are replaced.
 ///
 /// The oracle opens this machine's OpenCL device and pins the calling thread to core 0 and
 /// PoCL's threads to core 1 ([`tandem_runtime::profile::split_cores`]); set
@@ -304,6 +305,21 @@ pub fn compile_planned(
     base: &CompileOptions,
     source: &PlanSource,
     gpu: Option<DeviceInfo>,
+) -> Result<Planned> {
+    let host = tandem_runtime::profile::host_signature();
+    compile_planned_on(path, base, source, gpu, host.as_deref())
+}
+
+/// [`compile_planned`] for `gpu` on the host whose processor signature is `host`
+/// ([`tandem_runtime::profile::host_signature`]; `None`: unknown, for a device described by a
+/// file), which chooses among the shipped profiles of that device and decides the note about
+/// a profile of another host.
+pub fn compile_planned_on(
+    path: &Path,
+    base: &CompileOptions,
+    source: &PlanSource,
+    gpu: Option<DeviceInfo>,
+    host: Option<&str>,
 ) -> Result<Planned> {
     let cpu_only = |note: String| -> Result<Planned> {
         let options = CompileOptions {
@@ -393,10 +409,10 @@ pub fn compile_planned(
             });
         }
         PlanSource::Profile(p) => p.clone(),
-        PlanSource::Default => match tandem_predictors::bundle::default_for(&gpu) {
+        PlanSource::Default => match tandem_predictors::bundle::default_for(&gpu, host) {
             Some(p) => p,
             None => {
-                let advice = match tandem_predictors::bundle::explicit_for(&gpu) {
+                let advice = match tandem_predictors::bundle::explicit_for(&gpu, host) {
                     Some(p) => format!(
                         "{} was measured on this device but is not a default, its plans having \
                          lost there (docs/predictors.md); give --profile to use it anyway",
@@ -418,7 +434,13 @@ pub fn compile_planned(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut note = profile_note(&name, profile.device(), &gpu);
+    let mut note = profile_note(
+        &name,
+        profile.device(),
+        profile.provenance.host.as_deref(),
+        &gpu,
+        host,
+    );
     let profile = if speed_now {
         let (profile, line) = at_speed_now(&profile, &name, &gpu)?;
         note = Some(match note {
@@ -507,23 +529,41 @@ pub fn gpu_for_planning(gpu_device: Option<&Path>) -> Result<Option<DeviceInfo>>
         .ok()
         .map(|d| d.info))
 }
-/// What a plan's user should know about the profile `name` (measured on `measured`) for the
-/// device `gpu`: that it is of another device, or of the same device on another host (its
-/// reported memory differs by over 10%: hosts of one device description ran 9-18% apart,
-/// `docs/predictors.md`); `None` when it matches.
-pub fn profile_note(name: &str, measured: &DeviceInfo, gpu: &DeviceInfo) -> Option<String> {
+/// What a plan's user should know about the profile `name` (measured on the device `measured`
+/// of the host `measured_host`, [`tandem_runtime::profile::host_signature`]) for the device
+/// `gpu` of the host `host`: that it is of another device, or of the same device on another
+/// host (hosts of one device description ran 9-150% apart, `docs/predictors.md`): another
+/// processor signature where both are known, else a reported memory that differs by over
+/// 10%; `None` when it matches.
+pub fn profile_note(
+    name: &str,
+    measured: &DeviceInfo,
+    measured_host: Option<&str>,
+    gpu: &DeviceInfo,
+    host: Option<&str>,
+) -> Option<String> {
     let (theirs, ours) = (measured.global_mem_bytes, gpu.global_mem_bytes);
+    let advice = format!(
+        "whose speed it may not predict (measure this one with `tandem profile`, then \
+         `tandem train --base {name}`)"
+    );
     if !measured.same_device(gpu) {
         Some(format!(
             "the profile {name} was measured on {}, the plan is for {}",
             measured.label(),
             gpu.label()
         ))
+    } else if let (Some(theirs), Some(ours)) = (measured_host, host) {
+        (theirs != ours).then(|| {
+            format!(
+                "the profile {name} was measured on another host ({theirs}; this one is \
+                 {ours}), {advice}"
+            )
+        })
     } else if theirs.abs_diff(ours) > theirs.max(ours) / 10 {
         Some(format!(
             "the profile {name} was measured on a host whose device reported {:.1} GB of \
-             memory, this one reports {:.1} GB: likely another host, whose speed it may not \
-             predict (measure this one with `tandem profile`, then `tandem train --base {name}`)",
+             memory, this one reports {:.1} GB: likely another host, {advice}",
             theirs as f64 / 1e9,
             ours as f64 / 1e9
         ))
@@ -548,20 +588,33 @@ mod tests {
         let first = shipped_device("pocl-1core.device.json");
         let second = shipped_device("pocl-1core.fresh17.device.json");
         let amd = shipped_device("pocl-1core-epyc.device.json");
-        assert_eq!(profile_note("p.profile", &first, &first), None);
+        assert_eq!(profile_note("p.profile", &first, None, &first, None), None);
         let near = DeviceInfo {
             global_mem_bytes: first.global_mem_bytes / 100 * 95,
             ..first.clone()
         };
-        assert_eq!(profile_note("p.profile", &first, &near), None);
-        let host = profile_note("p.profile", &first, &second).expect("another host");
+        assert_eq!(profile_note("p.profile", &first, None, &near, None), None);
+        let host = profile_note("p.profile", &first, None, &second, None).expect("another host");
         assert!(
             host.contains("22.0 GB")
                 && host.contains("8.1 GB")
                 && host.contains("--base p.profile"),
             "{host}"
         );
-        let device = profile_note("p.profile", &first, &amd).expect("another device");
+        let device = profile_note("p.profile", &first, None, &amd, None).expect("another device");
         assert!(device.contains("AuthenticAMD"), "{device}");
+        // Processor signatures, where both are known, decide instead of the memory.
+        let (zen4, zen5) = (
+            Some("AuthenticAMD family 25 model 17 stepping 1"),
+            Some("AuthenticAMD family 26 model 2 stepping 0"),
+        );
+        assert_eq!(profile_note("p.profile", &first, zen4, &second, zen4), None);
+        let other = profile_note("p.profile", &first, zen5, &first, zen4).expect("another host");
+        assert!(
+            other.contains("family 26") && other.contains("family 25") && other.contains("--base"),
+            "{other}"
+        );
+        // One side unknown: the memory rule.
+        assert!(profile_note("p.profile", &first, None, &second, zen4).is_some());
     }
 }

@@ -79,6 +79,33 @@ fn first_configs(
     (data, some)
 }
 
+/// The host's processor signature that `tandem profile` records beside a dataset goes into the
+/// profile's provenance, where `tandem compile` matches it against the machine's; a dataset
+/// recorded before signatures gives a profile without one.
+#[test]
+fn the_profile_records_the_host_its_dataset_was_measured_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (sidecar, want) in [
+        (
+            "pocl-1core-epyc-zen4.device.json",
+            Some("AuthenticAMD family 25 model 17 stepping 1"),
+        ),
+        ("pocl-1core-epyc.device.json", None),
+    ] {
+        let (data, _) = first_configs(
+            "pocl-1core-epyc-zen4.fresh1.csv.gz",
+            sidecar,
+            30,
+            dir.path(),
+            "h",
+        );
+        let out = dir.path().join("h.profile");
+        succeeds(tandem().arg("train").arg(&data).arg("-o").arg(&out));
+        let profile = tandem_predictors::Profile::load(&out).expect("profile");
+        assert_eq!(profile.provenance.host.as_deref(), want, "{sidecar}");
+    }
+}
+
 #[test]
 fn add_cpu_takes_the_other_datasets_cpu_rows_of_new_configurations_only() {
     // The shipped fresh measurement, split by configuration: A and B overlap in a few.

@@ -37,6 +37,12 @@ pub struct Provenance {
     pub device: DeviceInfo,
     /// The CPU model (`/proc/cpuinfo`).
     pub cpu: String,
+    /// The host's processor by vendor, family, model and stepping
+    /// (`tandem_runtime::profile::host_signature`), where the dataset's device description
+    /// recorded it: hosts whose OpenCL device and CPU model name read the same (PoCL on two
+    /// generations of AMD EPYC, say) are told apart by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// How the device was set up (threads, pinning).
     pub setting: String,
     /// UTC date of training (`YYYY-MM-DD`).
@@ -438,27 +444,38 @@ pub fn shipped_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles")
 }
 
-/// The shipped profile measured on a device like `device` ([`DeviceInfo::same_device`]); of
-/// several, the one whose device reported the nearest global memory size (`pick_host`). Only
-/// the profiles directly in [`shipped_dir`] are candidates: `bases/` keeps earlier profiles of
-/// a host, and `explicit/` profiles that are used only when named (`--profile`, see
-/// [`explicit_for`]), such as one whose plans measured slower than the CPU alone on its own host.
-pub fn default_for(device: &DeviceInfo) -> Option<PathBuf> {
-    pick_host(device, &profiles_of_device(&shipped_dir(), device))
+/// A profile file and the machine it was measured on, as read from its provenance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasuredOn {
+    pub path: PathBuf,
+    pub device: DeviceInfo,
+    /// [`Provenance::host`].
+    pub host: Option<String>,
+}
+
+/// The shipped profile measured on a device like `device` ([`DeviceInfo::same_device`]) on the
+/// host `host` (`tandem_runtime::profile::host_signature`; see [`pick_host`] for how one of
+/// several is chosen). Only the profiles directly in [`shipped_dir`] are candidates: `bases/`
+/// keeps earlier profiles of a host, and `explicit/` profiles that are used only when named
+/// (`--profile`, see [`explicit_for`]), such as one whose plans measured slower than the CPU
+/// alone on its own host.
+pub fn default_for(device: &DeviceInfo, host: Option<&str>) -> Option<PathBuf> {
+    pick_host(device, host, &profiles_of_device(&shipped_dir(), device))
 }
 
 /// The shipped profile in `explicit/` measured on a device like `device` (chosen as
 /// [`default_for`] chooses), which is never a default: for telling the user that one exists.
-pub fn explicit_for(device: &DeviceInfo) -> Option<PathBuf> {
+pub fn explicit_for(device: &DeviceInfo, host: Option<&str>) -> Option<PathBuf> {
     pick_host(
         device,
+        host,
         &profiles_of_device(&shipped_dir().join("explicit"), device),
     )
 }
 
 /// The `.profile` files directly in `dir` (sorted by path) measured on a device like `device`,
-/// each with the device it was measured on; none when `dir` cannot be read.
-fn profiles_of_device(dir: &Path, device: &DeviceInfo) -> Vec<(PathBuf, DeviceInfo)> {
+/// each with what it was measured on; none when `dir` cannot be read.
+fn profiles_of_device(dir: &Path, device: &DeviceInfo) -> Vec<MeasuredOn> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -470,17 +487,21 @@ fn profiles_of_device(dir: &Path, device: &DeviceInfo) -> Vec<(PathBuf, DeviceIn
     paths.sort();
     paths
         .into_iter()
-        .filter_map(|p| {
-            let d = measured_device(&p)?;
-            d.same_device(device).then_some((p, d))
+        .filter_map(|path| {
+            let (device_of, host) = measured_on(&path)?;
+            device_of.same_device(device).then_some(MeasuredOn {
+                path,
+                device: device_of,
+                host,
+            })
         })
         .collect()
 }
 
-/// The device a profile file was measured on, read without building its forests (a shipped
-/// profile is megabytes of trees; `tandem compile` looks at each to pick one). `None` when the
-/// file has no readable `provenance.device`; loading it then says what is wrong.
-fn measured_device(path: &Path) -> Option<DeviceInfo> {
+/// The device and host a profile file was measured on, read without building its forests (a
+/// shipped profile is megabytes of trees; `tandem compile` looks at each to pick one). `None`
+/// when the file has no readable `provenance.device`; loading it then says what is wrong.
+fn measured_on(path: &Path) -> Option<(DeviceInfo, Option<String>)> {
     #[derive(Deserialize)]
     struct Head {
         provenance: HeadProvenance,
@@ -488,29 +509,42 @@ fn measured_device(path: &Path) -> Option<DeviceInfo> {
     #[derive(Deserialize)]
     struct HeadProvenance {
         device: DeviceInfo,
+        #[serde(default)]
+        host: Option<String>,
     }
     let text = std::fs::read_to_string(path).ok()?;
     serde_json::from_str::<Head>(&text)
         .ok()
-        .map(|h| h.provenance.device)
+        .map(|h| (h.provenance.device, h.provenance.host))
 }
 
-/// Of profiles of the same OpenCL device (`(path, its device)`), the one measured on the host
-/// most like `device`'s: the nearest global memory size by ratio, the first on a tie. A
-/// device's description does not tell hosts apart (PoCL names the CPU as KVM shows it), but
-/// the memory it reports does: 22 GB on the Intel Xeon host of `pocl-1core.profile`, 8.1–9.8 GB
-/// (it moved between sessions) on the one of `pocl-1core-xeon2.profile`, 4.6–7.3 GB on the one of
-/// `pocl-1core-xeon3.profile` (it moved within a session, so that host is not always told
-/// from the second), whose speeds differed by 9–28% (`docs/evaluation.md`).
-pub fn pick_host(device: &DeviceInfo, candidates: &[(PathBuf, DeviceInfo)]) -> Option<PathBuf> {
+/// Of profiles of the same OpenCL device, the one measured on the host most like this one
+/// (`device` as this host's OpenCL reports it, `host` its processor signature): those measured
+/// on this very host (the same [`Provenance::host`]) if any, and of those (else of all) the one
+/// whose device reported the nearest global memory size by ratio, the first on a tie.
+///
+/// A device's description does not tell hosts apart (PoCL names the CPU as KVM shows it): two
+/// generations of AMD EPYC with AVX-512 both give `pthread-skylake-avx512-AMD EPYC`, at 2.5x
+/// different speeds. The memory it reports does, roughly: 22 GB on the Intel Xeon host of
+/// `pocl-1core.profile`, 8.1–9.8 GB (it moved between sessions) on the one of
+/// `pocl-1core-xeon2.profile`, 4.6–7.3 GB on the one of `pocl-1core-xeon3.profile`, 4.5–6.1 GB
+/// within one session on the Zen 4 EPYC; so profiles that record their host are matched on it
+/// first, and memory decides only among the rest.
+pub fn pick_host(
+    device: &DeviceInfo,
+    host: Option<&str>,
+    candidates: &[MeasuredOn],
+) -> Option<PathBuf> {
     let distance = |d: &DeviceInfo| {
         let ratio = d.global_mem_bytes.max(1) as f64 / device.global_mem_bytes.max(1) as f64;
         ratio.ln().abs()
     };
-    candidates
-        .iter()
-        .min_by(|(_, a), (_, b)| distance(a).total_cmp(&distance(b)))
-        .map(|(p, _)| p.clone())
+    let this_host = |c: &&MeasuredOn| host.is_some() && c.host.as_deref() == host;
+    let nearest = |pool: &mut dyn Iterator<Item = &MeasuredOn>| {
+        pool.min_by(|a, b| distance(&a.device).total_cmp(&distance(&b.device)))
+            .map(|c| c.path.clone())
+    };
+    nearest(&mut candidates.iter().filter(this_host)).or_else(|| nearest(&mut candidates.iter()))
 }
 
 /// Today's UTC date, `YYYY-MM-DD`.

@@ -412,6 +412,8 @@ pub struct Report {
 pub struct DeviceMeta {
     pub device: DeviceInfo,
     pub cpu: String,
+    /// The host's processor signature ([`crate::bundle::Provenance::host`]), where recorded.
+    pub host: Option<String>,
     pub setting: String,
 }
 
@@ -642,6 +644,7 @@ pub fn train_from(
         provenance: Provenance {
             device: meta.device,
             cpu: meta.cpu,
+            host: meta.host,
             setting: meta.setting,
             date: crate::bundle::today(),
             calibrations: Vec::new(),

@@ -357,6 +357,7 @@ fn trained(rows: &[Row]) -> (Profile, train::Report) {
         DeviceMeta {
             device: fake_device(),
             cpu: "test cpu".into(),
+            host: None,
             setting: "test".into(),
         },
         "synthetic.csv",
@@ -1057,6 +1058,7 @@ fn a_base_profile_is_corrected_for_a_new_host() {
         DeviceMeta {
             device: fake_device(),
             cpu: "test cpu".into(),
+            host: None,
             setting: "test".into(),
         },
         "host2.csv",
@@ -1153,19 +1155,26 @@ fn a_base_profile_is_corrected_for_a_new_host() {
     assert_eq!(back, corrected);
 }
 
-/// Of profiles of one OpenCL device, the one whose host reported the nearest memory size.
+/// Of profiles of one OpenCL device, the one measured on this host, else the one whose host
+/// reported the nearest memory size.
 #[test]
 fn the_profile_of_the_nearest_host_is_picked() {
+    use tandem_predictors::bundle::{pick_host, MeasuredOn};
     let with_memory = |gb: f64| DeviceInfo {
         global_mem_bytes: (gb * 1e9) as u64,
         ..fake_device()
     };
+    let on = |path: &str, gb: f64, host: Option<&str>| MeasuredOn {
+        path: path.into(),
+        device: with_memory(gb),
+        host: host.map(str::to_string),
+    };
     let candidates = vec![
-        ("a.profile".into(), with_memory(22.0)),
-        ("b.profile".into(), with_memory(8.1)),
-        ("c.profile".into(), with_memory(8.1)),
+        on("a.profile", 22.0, None),
+        on("b.profile", 8.1, None),
+        on("c.profile", 8.1, None),
     ];
-    let pick = |gb: f64| tandem_predictors::bundle::pick_host(&with_memory(gb), &candidates);
+    let pick = |gb: f64| pick_host(&with_memory(gb), None, &candidates);
     assert_eq!(pick(21.9), Some("a.profile".into()));
     assert_eq!(pick(64.0), Some("a.profile".into()));
     // The first of equally near ones.
@@ -1173,20 +1182,42 @@ fn the_profile_of_the_nearest_host_is_picked() {
     assert_eq!(pick(2.0), Some("b.profile".into()));
     // 13.3 GB is nearer 8.1 than 22 by ratio (1.64 against 1.65).
     assert_eq!(pick(13.3), Some("b.profile".into()));
-    assert_eq!(
-        tandem_predictors::bundle::pick_host(&with_memory(8.0), &[]),
-        None
-    );
+    assert_eq!(pick_host(&with_memory(8.0), None, &[]), None);
+
+    // A profile that recorded this host wins whatever memory this host reports now; one that
+    // recorded another host competes on memory with those that recorded none.
+    let zen4 = "AuthenticAMD family 25 model 17 stepping 1";
+    let zen5 = "AuthenticAMD family 26 model 2 stepping 0";
+    let hosts = vec![
+        on("zen5.profile", 11.4, Some(zen5)),
+        on("zen4.profile", 4.5, Some(zen4)),
+        on("old.profile", 8.0, None),
+    ];
+    let pick = |gb: f64, host: Option<&str>| pick_host(&with_memory(gb), host, &hosts);
+    assert_eq!(pick(11.0, Some(zen4)), Some("zen4.profile".into()));
+    assert_eq!(pick(4.5, Some(zen5)), Some("zen5.profile".into()));
+    let other = Some("GenuineIntel family 6 model 85 stepping 7");
+    assert_eq!(pick(11.0, other), Some("zen5.profile".into()));
+    assert_eq!(pick(7.0, other), Some("old.profile".into()));
+    assert_eq!(pick(4.0, None), Some("zen4.profile".into()));
 }
 
 /// The device of a shipped dataset's sidecar (`*.device.json`).
 fn sidecar_device(path: &Path) -> DeviceInfo {
-    let text = std::fs::read_to_string(path).expect("shipped sidecar");
-    let meta: serde_json::Value = serde_json::from_str(&text).expect("json");
-    serde_json::from_value(meta["device"].clone()).expect("device")
+    sidecar_device_and_host(path).0
 }
 
-/// The shipped profiles: each host's device description picks its own profile.
+/// The device and host processor signature (absent before it was recorded) of a shipped
+/// dataset's sidecar.
+fn sidecar_device_and_host(path: &Path) -> (DeviceInfo, Option<String>) {
+    let text = std::fs::read_to_string(path).expect("shipped sidecar");
+    let meta: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let device = serde_json::from_value(meta["device"].clone()).expect("device");
+    (device, meta["host"].as_str().map(str::to_string))
+}
+
+/// The shipped profiles: each host's device description picks its own profile, by its host's
+/// processor signature where the sidecar recorded one, and without it by the memory.
 #[test]
 fn each_shipped_hosts_device_picks_its_profile() {
     let dir = tandem_predictors::bundle::shipped_dir();
@@ -1195,13 +1226,36 @@ fn each_shipped_hosts_device_picks_its_profile() {
         ("pocl-1core-xeon2.device.json", "pocl-1core-xeon2.profile"),
         ("pocl-1core-xeon3.device.json", "pocl-1core-xeon3.profile"),
         ("pocl-1core-epyc.device.json", "pocl-1core-epyc.profile"),
+        (
+            "pocl-1core-epyc-zen4.device.json",
+            "pocl-1core-epyc-zen4.profile",
+        ),
     ] {
-        let device = sidecar_device(&dir.join(sidecar));
-        let picked = tandem_predictors::bundle::default_for(&device).expect("a profile");
-        assert_eq!(
-            picked.file_name().and_then(|n| n.to_str()),
-            Some(profile),
-            "{sidecar}"
+        let (device, host) = sidecar_device_and_host(&dir.join(sidecar));
+        for host in [host.as_deref(), None] {
+            let picked = tandem_predictors::bundle::default_for(&device, host).expect("a profile");
+            assert_eq!(
+                picked.file_name().and_then(|n| n.to_str()),
+                Some(profile),
+                "{sidecar} on {host:?}"
+            );
+        }
+    }
+    // The Zen 4 host, whatever memory its PoCL reports (4.5-6.1 GB seen), gets its profile;
+    // the Zen 5 one at 11.4 GB gets the other (its profile recorded no host).
+    let (zen4, host) = sidecar_device_and_host(&dir.join("pocl-1core-epyc-zen4.device.json"));
+    let host = host.expect("the Zen 4 host's signature");
+    for gb in [4.5, 6.1, 11.4, 16.0] {
+        let device = DeviceInfo {
+            global_mem_bytes: (gb * 1e9) as u64,
+            ..zen4.clone()
+        };
+        let picked = tandem_predictors::bundle::default_for(&device, Some(&host));
+        assert!(
+            picked
+                .as_deref()
+                .is_some_and(|p| p.ends_with("pocl-1core-epyc-zen4.profile")),
+            "{gb} GB: {picked:?}"
         );
     }
 }
@@ -1212,10 +1266,10 @@ fn each_shipped_hosts_device_picks_its_profile() {
 fn an_explicit_only_profile_is_not_a_default() {
     let dir = tandem_predictors::bundle::shipped_dir().join("explicit");
     let device = sidecar_device(&dir.join("pocl-1core-epyc-avx2.device.json"));
-    assert_eq!(tandem_predictors::bundle::default_for(&device), None);
+    assert_eq!(tandem_predictors::bundle::default_for(&device, None), None);
     let path = dir.join("pocl-1core-epyc-avx2.profile");
     assert_eq!(
-        tandem_predictors::bundle::explicit_for(&device),
+        tandem_predictors::bundle::explicit_for(&device, None),
         Some(path.clone())
     );
     let profile = tandem_predictors::Profile::load(&path).expect("explicit profile");
@@ -1224,5 +1278,5 @@ fn an_explicit_only_profile_is_not_a_default() {
     let zen5 = sidecar_device(
         &tandem_predictors::bundle::shipped_dir().join("pocl-1core-epyc.device.json"),
     );
-    assert_eq!(tandem_predictors::bundle::explicit_for(&zen5), None);
+    assert_eq!(tandem_predictors::bundle::explicit_for(&zen5, None), None);
 }

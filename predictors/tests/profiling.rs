@@ -281,6 +281,7 @@ fn grouped_convolutions_get_their_own_executors_and_predictors() {
         DeviceMeta {
             device: dev.clone(),
             cpu: "cpu".into(),
+            host: None,
             setting: "test".into(),
         },
         "g.csv",

@@ -275,6 +275,33 @@ pub fn cpu_description() -> String {
     format!("{name} ({cores} cores)")
 }
 
+/// This machine's processor as the kernel reports it, telling hosts apart that share a model
+/// name (KVM often shows only `AMD EPYC`): `AuthenticAMD family 25 model 17 stepping 1`, from
+/// the first processor's `vendor_id`, `cpu family`, `model` and `stepping` in `/proc/cpuinfo`.
+/// `None` where that file or one of the four fields is missing.
+pub fn host_signature() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    host_signature_of(&text)
+}
+
+/// [`host_signature`] of a `/proc/cpuinfo` text.
+pub fn host_signature_of(cpuinfo: &str) -> Option<String> {
+    let first = cpuinfo.split("\n\n").next()?;
+    let field = |key: &str| {
+        first.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == key).then(|| v.trim().to_string())
+        })
+    };
+    Some(format!(
+        "{} family {} model {} stepping {}",
+        field("vendor_id")?,
+        field("cpu family")?,
+        field("model")?,
+        field("stepping")?
+    ))
+}
+
 /// The device and state shared by every measured layer.
 pub struct Profiler {
     backend: Option<GpuBackend>,
@@ -931,6 +958,21 @@ impl LayerBench<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_signature_reads_the_first_processor() {
+        let two = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n\
+                   model\t\t: 17\nmodel name\t: AMD EPYC\nstepping\t: 1\n\n\
+                   processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n\
+                   model\t\t: 85\nstepping\t: 7\n";
+        assert_eq!(
+            host_signature_of(two).as_deref(),
+            Some("AuthenticAMD family 25 model 17 stepping 1")
+        );
+        // A field missing (an ARM kernel names other fields): no signature.
+        assert_eq!(host_signature_of("processor\t: 0\nBogoMIPS\t: 50\n"), None);
+        assert_eq!(host_signature_of(""), None);
+    }
 
     #[test]
     fn median_of_odd_and_even_counts() {

@@ -507,8 +507,11 @@ pub fn bench_coexec(
     let profiler =
         Profiler::open(true).context("bench coexec needs an OpenCL device (pocl-opencl-icd)")?;
     let gpu = profiler.device().clone();
-    let profile_path = tandem_predictors::bundle::default_for(&gpu)
-        .with_context(|| format!("no shipped profile for {}", gpu.label()))?;
+    let profile_path = tandem_predictors::bundle::default_for(
+        &gpu,
+        tandem_runtime::profile::host_signature().as_deref(),
+    )
+    .with_context(|| format!("no shipped profile for {}", gpu.label()))?;
     let profile = Profile::load(&profile_path)?;
     // Each shipped profile (one per device) has its own section and figures.
     let stem = profile_path

@@ -16,7 +16,10 @@ use tandem_runtime::profile::LayerOp;
 /// is no device (the prediction still runs; it is for another device then).
 pub fn shipped_profile() -> Result<(PathBuf, bool)> {
     if let Ok(dev) = GpuDevice::open() {
-        if let Some(p) = default_for(&dev.info) {
+        if let Some(p) = default_for(
+            &dev.info,
+            tandem_runtime::profile::host_signature().as_deref(),
+        ) {
             return Ok((p, true));
         }
     }

@@ -271,7 +271,13 @@ fn run(cli: Cli) -> Result<()> {
                         unsafe { tandem_runtime::profile::limit_pocl_threads() };
                     }
                     let gpu = runner::gpu_for_planning(plan.gpu_device.as_deref())?;
-                    let planned = runner::compile_planned(&model, &base, &source, gpu)?;
+                    // A device described by a file is not known to be this host's.
+                    let host = match plan.gpu_device {
+                        Some(_) => None,
+                        None => tandem_runtime::profile::host_signature(),
+                    };
+                    let planned =
+                        runner::compile_planned_on(&model, &base, &source, gpu, host.as_deref())?;
                     if let Some(note) = &planned.note {
                         eprintln!("note: {note}");
                     }
