@@ -260,6 +260,31 @@ struct Sidecar {
     setting: String,
 }
 
+/// An error when `dataset` exists and its device description `sidecar` records another host
+/// than `host`: resuming it here would mix two hosts' measurements under this one's name (the
+/// OpenCL device, which the dataset's rows check, can read the same on both). Nothing to check
+/// where either signature is unknown.
+fn refuse_another_hosts_dataset(dataset: &Path, sidecar: &Path, host: Option<&str>) -> Result<()> {
+    if !dataset.exists() {
+        return Ok(());
+    }
+    let recorded = std::fs::read_to_string(sidecar)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Sidecar>(&text).ok())
+        .and_then(|meta| meta.host);
+    if let (Some(recorded), Some(host)) = (recorded, host) {
+        if recorded != host {
+            bail!(
+                "{} was measured on another host ({recorded}, by {}); this one is {host}: \
+                 profile into another file",
+                dataset.display(),
+                sidecar.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The splittable layers of the models in `paths` (standard convolutions, depthwise and fully
 /// connected); layers the predictors do not model are left out. With `grouped`, each
 /// depthwise layer is followed by its diagonalwise refactorizations
@@ -457,10 +482,12 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         return Ok(());
     }
     let sidecar = device_sidecar(&args.out);
+    let host = host_signature();
+    refuse_another_hosts_dataset(&args.out, &sidecar, host.as_deref())?;
     let meta = Sidecar {
         device: profiler.device().clone(),
         cpu: cpu.clone(),
-        host: host_signature(),
+        host,
         setting: setting.clone(),
     };
     std::fs::write(&sidecar, serde_json::to_string_pretty(&meta)? + "\n")

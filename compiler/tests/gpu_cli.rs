@@ -172,6 +172,60 @@ fn profile_refuses_filters_that_leave_nothing_to_measure() {
     assert!(!out.exists(), "nothing measured");
 }
 
+/// `tandem profile` records this host's processor signature beside the dataset and refuses to
+/// resume a dataset whose description records another host, naming both, leaving it as it was.
+#[test]
+fn profile_records_the_host_and_refuses_to_resume_another_hosts_dataset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("d.csv");
+    let sidecar = dir.path().join("d.device.json");
+    let run = || {
+        tandem()
+            .args(["profile", "--out"])
+            .arg(&out)
+            .args(["--ops", "linear", "--models", "none", "--samples", "2"])
+            .args(["--max-mflops", "1", "--points", "1", "--reps", "1"])
+            .args([
+                "--target-ms",
+                "0",
+                "--rounds",
+                "1",
+                "--quiet-gate",
+                "0",
+                "--no-pin",
+            ])
+            .output()
+            .expect("runs")
+    };
+    let first = run();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let text = std::fs::read_to_string(&sidecar).expect("sidecar");
+    let mut meta: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let here = tandem_runtime::profile::host_signature().expect("this host's signature");
+    assert_eq!(meta["host"].as_str(), Some(here.as_str()));
+    // Resuming on the same host is fine.
+    assert!(run().status.success());
+    meta["host"] = serde_json::json!("GenuineIntel family 6 model 85 stepping 7");
+    std::fs::write(&sidecar, meta.to_string()).expect("write");
+    let data = std::fs::read(&out).expect("dataset");
+    let refused = run();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "resumed: {stderr}");
+    assert!(
+        stderr.contains("another host") && stderr.contains("model 85") && stderr.contains(&here),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&out).expect("dataset"),
+        data,
+        "left as it was"
+    );
+}
+
 /// `tandem profile --corun` writes one co-run row per splittable configuration (its parts
 /// apart and side by side), resumes instead of measuring again, and refuses a file that is not
 /// a co-run dataset, naming it.
