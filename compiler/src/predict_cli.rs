@@ -804,6 +804,13 @@ fn speed_model(
             ),
         }
     }
+    for (name, s) in &model.executors {
+        eprintln!(
+            "speed model of {name}: its level moves {:.2}x its side's reference layer's time \
+             (over {} datasets; spread {:.2}% → {:.2}%; at {:.4} ms ×{:.4})",
+            s.elasticity, s.datasets, s.spread_percent, s.residual_percent, s.probe_ms, s.level
+        );
+    }
     model
 }
 
@@ -1018,13 +1025,25 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
             println!(
                 "\nAt the machine's speed of the hour by the profile's speed model (GPU side \
                  {}, CPU side {}, from this dataset's reference layer; fitted on the \
-                 profile's datasets):\n\n| executor | speed-model MAPE | within ±10% |\n\
-                 |---|---:|---:|",
+                 profile's datasets; an executor with a model of its own by that):\n\n\
+                 | executor | factor | speed-model MAPE | within ±10% |\n|---|---:|---:|---:|",
                 factor(e.speed_factor[0]),
                 factor(e.speed_factor[1])
             );
             for (name, a) in &e.speed_scaled {
-                println!("| {name} | {:.2}% | {:.1}% |", a.mape, a.within10 * 100.0);
+                let own = if e.executor_speed_factor.contains_key(name)
+                    && profile.speed.executors.contains_key(name)
+                {
+                    " (own)"
+                } else {
+                    ""
+                };
+                println!(
+                    "| {name} | {}{own} | {:.2}% | {:.1}% |",
+                    factor(e.executor_speed_factor.get(name).copied()),
+                    a.mape,
+                    a.within10 * 100.0
+                );
             }
         }
     }

@@ -500,7 +500,7 @@ fn at_speed_now(
     }
     let probe = tandem_predictors::speed::probe_now(&mut profiler)
         .context("cannot time the reference layer")?;
-    let (scaled, factors) = profile.at_probe_speed(probe);
+    let (scaled, factors, each) = profile.at_probe_speed(probe);
     let side =
         |i: usize, what: &str, model: Option<&tandem_predictors::speed::SideSpeed>| match model {
             Some(s) => format!(
@@ -512,11 +512,20 @@ fn at_speed_now(
                 probe[i]
             ),
         };
-    let line = format!(
+    let own: Vec<String> = profile
+        .speed
+        .executors
+        .keys()
+        .filter_map(|name| Some(format!("{name} ×{:.4}", each.get(name)?)))
+        .collect();
+    let mut line = format!(
         "planned at the machine's speed now by the reference layer ({}; {})",
         side(0, "GPU side", profile.speed.gpu.as_ref()),
         side(1, "CPU side", profile.speed.cpu.as_ref())
     );
+    if !own.is_empty() {
+        line.push_str(&format!("; by their own models: {}", own.join(", ")));
+    }
     Ok((scaled, line))
 }
 

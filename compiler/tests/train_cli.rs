@@ -824,6 +824,13 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
         assert!((s.elasticity - 0.5).abs() < 0.05, "{s:?}");
         assert_eq!(s.datasets, 4);
     }
+    // Every executor moved alike here, so those with enough points have their own model at
+    // the same elasticity.
+    assert!(profile.speed.executors.len() >= 4, "{:?}", profile.speed);
+    for (name, s) in &profile.speed.executors {
+        assert!((s.elasticity - 0.5).abs() < 0.05, "{name}: {s:?}");
+    }
+    assert!(stderr.contains("speed model of "), "{stderr}");
 
     // A fifth hour, 15% slower: the speed model's predictions follow it, the plain ones not.
     let slow = hour(1.15);
@@ -856,6 +863,14 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
     let j: serde_json::Value = serde_json::from_slice(&run.stdout).expect("json");
     let cpu_factor = j["speed_model"]["factor"]["cpu"].as_f64().expect("factor");
     assert!((cpu_factor - cpu.expect("a CPU factor")).abs() < 1e-9);
+    let each = j["speed_model"]["executor_factor"]
+        .as_object()
+        .expect("executor factors");
+    assert_eq!(each.len(), e.executor_speed_factor.len());
+    for (name, f) in each {
+        let f = f.as_f64().expect("a factor");
+        assert!((f / 1.15f64.sqrt() - 1.0).abs() < 0.03, "{name}: {f}");
+    }
     assert_eq!(
         j["speed_model"]["executors"]
             .as_object()

@@ -270,11 +270,7 @@ impl Profile {
         for (key, c) in &p.contention {
             c.check().map_err(|m| format!("contention.{key}: {m}"))?;
         }
-        for (side, s) in [("gpu", &p.speed.gpu), ("cpu", &p.speed.cpu)] {
-            if let Some(s) = s {
-                s.check().map_err(|m| format!("speed.{side}: {m}"))?;
-            }
-        }
+        p.speed.check()?;
         Ok(p)
     }
 

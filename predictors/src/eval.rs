@@ -65,7 +65,11 @@ pub struct Evaluation {
     /// dataset's reference-layer time: `None` where the profile has no model for the side or
     /// the dataset recorded no probe on it.
     pub speed_factor: [Option<f64>; 2],
-    /// Per executor of a side with a [`Evaluation::speed_factor`], the accuracy of its
+    /// The factor of the profile's speed model per executor of the dataset at its side's
+    /// reference-layer time ([`crate::speed::SpeedModel::factor_for`]: the executor's own
+    /// model, else its side's); executors with neither are absent.
+    pub executor_speed_factor: BTreeMap<String, f64>,
+    /// Per executor with an [`Evaluation::executor_speed_factor`], the accuracy of its
     /// predictions scaled by it: the profile's predictions for the machine's speed of the hour
     /// as the reference layer read it (fitted on the profile's datasets, not on this one).
     pub speed_scaled: BTreeMap<String, Accuracy>,
@@ -158,10 +162,19 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
             .zip(probe_ms.cpu_ms)
             .map(|(s, p)| s.factor(p)),
     ];
+    let executor_speed_factor: BTreeMap<String, f64> = pairs
+        .keys()
+        .filter_map(|k| {
+            let f = profile
+                .speed
+                .factor_for(k, [probe_ms.gpu_ms, probe_ms.cpu_ms])?;
+            Some((k.clone(), f))
+        })
+        .collect();
     let speed_scaled = pairs
         .iter()
         .filter_map(|(k, (p, m))| {
-            let f = speed_factor[usize::from(is_cpu(k))]?;
+            let f = executor_speed_factor.get(k)?;
             let scaled: Vec<f64> = p.iter().map(|p| p * f).collect();
             Some((k.clone(), accuracy(&scaled, m)))
         })
@@ -186,6 +199,7 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
         probe_change: change,
         probe_scaled,
         speed_factor,
+        executor_speed_factor,
         speed_scaled,
     }
 }
@@ -262,6 +276,7 @@ pub fn to_json(e: &Evaluation) -> serde_json::Value {
         "probe_scaled": accuracies_json(&e.probe_scaled),
         "speed_model": {
             "factor": {"gpu": e.speed_factor[0], "cpu": e.speed_factor[1]},
+            "executor_factor": e.executor_speed_factor,
             "executors": accuracies_json(&e.speed_scaled),
         },
     })

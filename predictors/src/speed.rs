@@ -16,12 +16,21 @@
 //! a probe time measured now (`tandem compile --speed-probe`, or a dataset's own probes in
 //! `tandem eval`).
 //!
+//! The executors of one side do not all move alike: on the Zen 4 EPYC host, a day whose GPU
+//! side probe ran 46% slower left the compute-bound `conv_generic` 11% slower and the
+//! memory-bound `depthwise_generic` and `conv_grouped` 33% slower. So the model also holds a
+//! fit per executor, on the same datasets with the executor's own level
+//! ([`DatasetSpeed::executors`]); an executor with one uses it ([`SpeedModel::factor_for`]),
+//! the others their side's.
+//!
 //! Contracts:
 //! - [`fit_side`] needs at least [`MIN_DATASETS`] datasets and a slope at least
 //!   [`MIN_T`] standard errors above zero; otherwise the side has no model (`None`): a probe
 //!   that does not track the levels must not move the predictions.
 //! - The elasticity is at most [`MAX_ELASTICITY`]; a factor is finite and positive for a
 //!   positive probe time.
+//! - An executor's own fit takes only datasets where it has at least [`MIN_POINTS`] points,
+//!   and follows the same rules as a side's.
 
 use crate::bundle::{ProbeSpeed, Profile};
 use crate::dataset::Row;
@@ -34,6 +43,9 @@ use std::collections::BTreeMap;
 pub const MIN_DATASETS: usize = 4;
 /// Standard errors the fitted elasticity must lie above zero.
 pub const MIN_T: f64 = 2.0;
+/// Points an executor needs in a dataset for that dataset's level of it to enter its own fit
+/// (a median of fewer moves with the configurations drawn more than with the hour).
+pub const MIN_POINTS: usize = 20;
 /// The largest elasticity kept (a latency moving more than the reference layer itself would
 /// be a fit on too few datasets).
 pub const MAX_ELASTICITY: f64 = 1.5;
@@ -82,13 +94,17 @@ impl SideSpeed {
     }
 }
 
-/// The speed model of both sides (either may be missing).
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+/// The speed model of both sides (either may be missing) and of single executors.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SpeedModel {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<SideSpeed>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<SideSpeed>,
+    /// Executors with a fit of their own (its `probe_ms` is their side's reference layer's);
+    /// the others follow their side's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub executors: BTreeMap<String, SideSpeed>,
 }
 
 impl SpeedModel {
@@ -101,9 +117,39 @@ impl SpeedModel {
         }
     }
 
-    /// Whether neither side has a model.
+    /// Whether neither side nor any executor has a model.
     pub fn is_empty(&self) -> bool {
-        self.gpu.is_none() && self.cpu.is_none()
+        self.gpu.is_none() && self.cpu.is_none() && self.executors.is_empty()
+    }
+
+    /// The model that scales `executor`'s predictions: its own, else its side's (`None`: the
+    /// predictions stay as trained).
+    pub fn model_for(&self, executor: &str) -> Option<&SideSpeed> {
+        self.executors
+            .get(executor)
+            .or_else(|| self.side(is_cpu(executor)))
+    }
+
+    /// The factor on `executor`'s predictions when the reference layer takes `probe_ms` (GPU,
+    /// CPU side) by [`SpeedModel::model_for`]; `None` without a model or a reading of its side.
+    pub fn factor_for(&self, executor: &str, probe_ms: [Option<f64>; 2]) -> Option<f64> {
+        let p = probe_ms[usize::from(is_cpu(executor))]?;
+        Some(self.model_for(executor)?.factor(p))
+    }
+
+    /// Checks every model's fields ([`SideSpeed::check`]), naming the one that fails.
+    pub fn check(&self) -> Result<(), String> {
+        let sides = [("gpu", &self.gpu), ("cpu", &self.cpu)];
+        for (side, s) in sides {
+            if let Some(s) = s {
+                s.check().map_err(|m| format!("speed.{side}: {m}"))?;
+            }
+        }
+        for (name, s) in &self.executors {
+            s.check()
+                .map_err(|m| format!("speed.executors.{name}: {m}"))?;
+        }
+        Ok(())
     }
 }
 
@@ -148,10 +194,12 @@ pub fn fit_side(points: &[(f64, f64)]) -> Option<SideSpeed> {
 /// One dataset's speed against a profile, per side (GPU, CPU): its reference layer's time
 /// ([`ProbeSpeed`]) and its level (the median over the side's executors of their median
 /// measured / predicted, as a factor; `tandem eval`'s offsets). `None` where it lacks either.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Also each executor's own level, for those with at least [`MIN_POINTS`] points.
+#[derive(Debug, Clone, PartialEq)]
 pub struct DatasetSpeed {
     pub probe_ms: [Option<f64>; 2],
     pub level: [Option<f64>; 2],
+    pub executors: BTreeMap<String, f64>,
 }
 
 impl DatasetSpeed {
@@ -168,15 +216,22 @@ impl DatasetSpeed {
             (!side.is_empty()).then(|| 1.0 + machine_offset(&side) / 100.0)
         };
         let probe = ProbeSpeed::of(rows).unwrap_or_default();
+        let executors = e
+            .offset
+            .iter()
+            .filter(|(k, _)| e.executors.get(*k).is_some_and(|a| a.n >= MIN_POINTS))
+            .map(|(k, &v)| (k.clone(), 1.0 + v / 100.0))
+            .collect();
         DatasetSpeed {
             probe_ms: [probe.gpu_ms, probe.cpu_ms],
             level: [level(false), level(true)],
+            executors,
         }
     }
 }
 
 /// The speed model of `profile` fitted on datasets of one host measured at different hours
-/// ([`DatasetSpeed`] each, against that profile), per side by [`fit_side`].
+/// ([`DatasetSpeed`] each, against that profile), per side and per executor by [`fit_side`].
 pub fn fit(datasets: &[DatasetSpeed]) -> SpeedModel {
     let side = |i: usize| {
         let points: Vec<(f64, f64)> = datasets
@@ -185,9 +240,23 @@ pub fn fit(datasets: &[DatasetSpeed]) -> SpeedModel {
             .collect();
         fit_side(&points)
     };
+    let names: std::collections::BTreeSet<&String> =
+        datasets.iter().flat_map(|d| d.executors.keys()).collect();
+    let executors = names
+        .into_iter()
+        .filter_map(|name| {
+            let i = usize::from(is_cpu(name));
+            let points: Vec<(f64, f64)> = datasets
+                .iter()
+                .filter_map(|d| Some((d.probe_ms[i]?, *d.executors.get(name)?)))
+                .collect();
+            Some((name.clone(), fit_side(&points)?))
+        })
+        .collect();
     SpeedModel {
         gpu: side(0),
         cpu: side(1),
+        executors,
     }
 }
 
@@ -232,19 +301,26 @@ pub fn probe_now(
 
 impl Profile {
     /// This profile at the machine's speed when the reference layer takes `probe_ms` (GPU,
-    /// CPU side): each executor's predictions scaled by its side's [`SideSpeed::factor`].
-    /// Returns the factors too; a side without a model keeps factor 1.
-    pub fn at_probe_speed(&self, probe_ms: [f64; 2]) -> (Profile, [f64; 2]) {
+    /// CPU side): each executor's predictions scaled by its factor
+    /// ([`SpeedModel::factor_for`]: its own model's, else its side's). Returns the sides'
+    /// factors too (1 for a side without a model) and each executor's.
+    pub fn at_probe_speed(&self, probe_ms: [f64; 2]) -> (Profile, [f64; 2], BTreeMap<String, f64>) {
         let factor = |side: Option<&SideSpeed>, p: f64| side.map_or(1.0, |s| s.factor(p));
         let factors = [
             factor(self.speed.gpu.as_ref(), probe_ms[0]),
             factor(self.speed.cpu.as_ref(), probe_ms[1]),
         ];
         let mut p = self.clone();
+        let mut each = BTreeMap::new();
         for (name, e) in &mut p.executors {
-            e.scale *= factors[usize::from(is_cpu(name))];
+            let f = self
+                .speed
+                .factor_for(name, probe_ms.map(Some))
+                .unwrap_or(1.0);
+            e.scale *= f;
+            each.insert(name.clone(), f);
         }
-        (p, factors)
+        (p, factors, each)
     }
 }
 
@@ -291,6 +367,79 @@ mod tests {
         // A level that falls as the probe slows is no speed reading either.
         let inverse: Vec<(f64, f64)> = hours().iter().map(|&(p, l)| (p, 1.0 / l)).collect();
         assert!(fit_side(&inverse).is_none());
+    }
+
+    /// Datasets whose GPU side's reference layer moves ±10%, with the side's level following
+    /// it by 0.5, `conv_generic` by 0.25 and `depthwise_generic` by 1.0; `conv_winograd` has
+    /// enough points in only three of them.
+    fn executor_hours() -> Vec<DatasetSpeed> {
+        [0.9f64, 0.95, 1.0, 1.05, 1.1]
+            .iter()
+            .zip([0.002, -0.003, 0.001, -0.002, 0.003])
+            .enumerate()
+            .map(|(i, (&p, e))| {
+                let mut executors = BTreeMap::from([
+                    ("conv_generic".to_string(), p.powf(0.25) * (1.0 + e)),
+                    ("depthwise_generic".to_string(), p * (1.0 - e)),
+                ]);
+                if i < 3 {
+                    executors.insert("conv_winograd".into(), 1.3);
+                }
+                DatasetSpeed {
+                    probe_ms: [Some(0.6 * p), None],
+                    level: [Some(p.powf(0.5) * (1.0 + e)), None],
+                    executors,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn executors_get_their_own_elasticity_and_the_others_their_sides() {
+        let model = fit(&executor_hours());
+        let side = model.gpu.expect("a GPU side model");
+        assert!((side.elasticity - 0.5).abs() < 0.05, "{side:?}");
+        assert!(model.cpu.is_none());
+        let own = |name: &str| model.executors.get(name).expect(name).elasticity;
+        assert!((own("conv_generic") - 0.25).abs() < 0.05, "{model:?}");
+        assert!((own("depthwise_generic") - 1.0).abs() < 0.05, "{model:?}");
+        // Three datasets are too few for a fit of its own.
+        assert!(!model.executors.contains_key("conv_winograd"));
+        model.check().expect("usable");
+
+        // 10% slower than the centre: each by its own elasticity, the rest by the side's.
+        let probe = [Some(0.6 * 1.1), None];
+        let f = |name: &str| model.factor_for(name, probe).expect(name);
+        assert!((f("conv_generic") - 1.1f64.powf(0.25)).abs() < 0.01);
+        assert!((f("depthwise_generic") - 1.1).abs() < 0.01);
+        assert!((f("conv_winograd") - side.factor(0.66)).abs() < 1e-12);
+        // No model on the CPU side and no reading: no factor.
+        assert_eq!(
+            model.factor_for("cpu_conv_t1", [Some(0.66), Some(0.2)]),
+            None
+        );
+        assert_eq!(model.factor_for("conv_generic", [None, Some(0.2)]), None);
+
+        // A bad executor model is named by the check.
+        let mut bad = model.clone();
+        bad.executors.get_mut("conv_generic").expect("fit").level = -1.0;
+        let err = bad.check().expect_err("refused");
+        assert!(err.contains("speed.executors.conv_generic"), "{err}");
+    }
+
+    #[test]
+    fn a_speed_model_without_executors_reads_as_before() {
+        let side = fit_side(&hours()).expect("a model");
+        let json = serde_json::to_string(&SpeedModel {
+            cpu: Some(side),
+            ..Default::default()
+        })
+        .expect("json");
+        assert!(!json.contains("executors"), "{json}");
+        let back: SpeedModel = serde_json::from_str(&json).expect("parse");
+        assert!(back.executors.is_empty());
+        assert_eq!(back.cpu, Some(side));
+        assert!(!back.is_empty());
     }
 
     #[test]
