@@ -1031,9 +1031,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
                 factor(e.speed_factor[1])
             );
             for (name, a) in &e.speed_scaled {
-                let own = if e.executor_speed_factor.contains_key(name)
-                    && profile.speed.executors.contains_key(name)
-                {
+                let own = if profile.speed.executors.contains_key(name) {
                     " (own)"
                 } else {
                     ""

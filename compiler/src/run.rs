@@ -508,7 +508,8 @@ fn at_speed_now(
                 probe[i], s.probe_ms, factors[i]
             ),
             None => format!(
-                "{what} {:.4} ms: no speed model, predictions as trained",
+                "{what} {:.4} ms: no model of the side, predictions as trained but for \
+                 executors with models of their own",
                 probe[i]
             ),
         };
@@ -524,7 +525,10 @@ fn at_speed_now(
         side(1, "CPU side", profile.speed.cpu.as_ref())
     );
     if !own.is_empty() {
-        line.push_str(&format!("; by their own models: {}", own.join(", ")));
+        line.push_str(&format!(
+            "; executors by models of their own: {}",
+            own.join(", ")
+        ));
     }
     Ok((scaled, line))
 }

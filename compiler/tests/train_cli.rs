@@ -894,7 +894,8 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
     );
     assert!(
         stderr.contains("planned at the machine's speed now by the reference layer (GPU side")
-            && stderr.contains("predictions ×"),
+            && stderr.contains("predictions ×")
+            && stderr.contains("executors by models of their own: "),
         "{stderr}"
     );
     // A profile without a speed model cannot be brought to it: an error naming it.

@@ -1280,3 +1280,31 @@ fn an_explicit_only_profile_is_not_a_default() {
     );
     assert_eq!(tandem_predictors::bundle::explicit_for(&zen5, None), None);
 }
+
+#[test]
+fn the_zen4_profile_has_executor_speed_models_and_a_bad_one_is_named() {
+    let path = tandem_predictors::bundle::shipped_dir().join("pocl-1core-epyc-zen4.profile");
+    let profile = Profile::load(&path).expect("the shipped Zen 4 profile");
+    // Fitted on its seven datasets: the GPU side and its memory-bound executors of their own.
+    assert!(profile.speed.gpu.is_some());
+    for name in ["conv_generic", "conv_grouped", "depthwise_generic"] {
+        assert!(
+            profile.speed.executors.contains_key(name),
+            "{name}: {:?}",
+            profile.speed
+        );
+    }
+    // The memory-bound kernels move more with the reference layer than the compute-bound one.
+    let e = |name: &str| profile.speed.executors[name].elasticity;
+    assert!(
+        e("depthwise_generic") > e("conv_generic"),
+        "{:?}",
+        profile.speed
+    );
+
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    json["speed"]["executors"]["conv_grouped"]["elasticity"] = serde_json::json!(3.0);
+    let err = Profile::parse(&json.to_string()).expect_err("refused");
+    assert!(err.contains("speed.executors.conv_grouped"), "{err}");
+}
