@@ -6,12 +6,13 @@ use crate::lower::CompileOptions;
 use crate::passes::RefactorDepthwise;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tandem_predictors::bundle::ProbeSpeed;
+use tandem_predictors::bundle::{Accuracy, ProbeSpeed};
 use tandem_predictors::dataset::{self, Row};
-use tandem_predictors::eval::{accuracies_json, evaluate, pooled, repeatability, to_json};
+use tandem_predictors::eval::{self, accuracies_json, evaluate, pooled, repeatability, to_json};
 use tandem_predictors::features::{Layer, OpKind};
 use tandem_predictors::measure::{self, progress_line, Limits, Plan};
 use tandem_predictors::Profile;
@@ -186,7 +187,9 @@ pub struct EvalArgs {
     pub profile: PathBuf,
     /// A dataset measured on the same device (CSV or .csv.gz).
     pub dataset: PathBuf,
-    /// Print `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}, "offset": {NAME: …},
+    /// Print `{"executors": {NAME: {"mape": …, "within10": …, "n": …}}, "overall": {the
+    /// same, points-weighted over every executor}, "at_target": {"target": 5.0, "executors":
+    /// how many executors reach it, "of": …}, "offset": {NAME: …},
     /// "machine_offset": …, "speed_adjusted": {NAME: …}}` (MAPE in percent; offset: the median
     /// of measured / predicted, minus 1, in percent; machine_offset: the median of the
     /// executors' offsets; speed_adjusted: the executors' accuracy with every prediction scaled
@@ -195,7 +198,8 @@ pub struct EvalArgs {
     /// predictions scaled by that change, where both recorded it; `"speed_model"`: the
     /// factor per side of the profile's speed model at the dataset's reference-layer time and
     /// the accuracy with it, where the profile has one; with `--repeat`, also
-    /// `"repeatability"` of the executors' shape).
+    /// `"repeatability"` of the executors' shape, `"repeatability_overall"` and
+    /// `"repeatability_at_target"`).
     #[arg(long)]
     pub json: bool,
     /// A second measurement of (some of) the dataset's points, e.g. `tandem profile` run again
@@ -958,6 +962,8 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         let mut j = to_json(&e);
         if let Some(floor) = &floor {
             j["repeatability"] = accuracies_json(floor);
+            j["repeatability_overall"] = eval::accuracy_json(&eval::overall(floor));
+            j["repeatability_at_target"] = eval::at_target_json(floor);
         }
         j["probe"] = serde_json::json!({
             "dataset": e.probe,
@@ -983,6 +989,25 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
                 f.map_or("–".into(), |f| format!("{:.1}%", f.within10 * 100.0)),
             );
         }
+        let (all, again) = (eval::overall(&e.executors), eval::overall(floor));
+        println!(
+            "| all (points-weighted) | {} | {:.2}% | {:.1}% | | {} | {:.2}% | {:.1}% |",
+            all.n,
+            all.mape,
+            all.within10 * 100.0,
+            again.n,
+            again.mape,
+            again.within10 * 100.0
+        );
+        println!(
+            "\n{}\nrepeat MAPE: the second measurement scored as if it were a prediction of \
+             this one, the floor under any predictor's MAPE here; {} of {} executors' repeat \
+             MAPE is at most {}%.",
+            target_line(&e.executors),
+            eval::at_target(floor, eval::TARGET_MAPE),
+            floor.len(),
+            eval::TARGET_MAPE
+        );
     } else {
         println!(
             "| executor | n | MAPE | within ±10% | median offset | speed-adjusted MAPE |\n\
@@ -998,6 +1023,18 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
                 e.speed_adjusted.get(name).map_or(0.0, |s| s.mape)
             );
         }
+        let (all, adjusted) = (
+            eval::overall(&e.executors),
+            eval::overall(&e.speed_adjusted),
+        );
+        println!(
+            "| all (points-weighted) | {} | {:.2}% | {:.1}% | | {:.2}% |",
+            all.n,
+            all.mape,
+            all.within10 * 100.0,
+            adjusted.mape
+        );
+        println!("\n{}", target_line(&e.executors));
     }
     if !args.json {
         println!(
@@ -1052,6 +1089,25 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         write_points(path, &pool.rows, &e.predicted)?;
     }
     Ok(())
+}
+
+/// How many executors reach the MAPE target ([`eval::TARGET_MAPE`]) and which do not.
+fn target_line(executors: &BTreeMap<String, Accuracy>) -> String {
+    let missed: Vec<&str> = executors
+        .iter()
+        .filter(|(_, a)| a.mape > eval::TARGET_MAPE)
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let mut line = format!(
+        "{} of {} executors at or under the {}% MAPE target",
+        executors.len() - missed.len(),
+        executors.len(),
+        eval::TARGET_MAPE
+    );
+    if !missed.is_empty() {
+        line += &format!(" (over it: {})", missed.join(", "));
+    }
+    line + "."
 }
 
 /// What the quiet gate's reference layer says of the machine's speed: per side, its time

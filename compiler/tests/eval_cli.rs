@@ -129,6 +129,50 @@ fn eval_json_and_points_match_the_library_evaluation() {
         .sum::<f64>()
         / n as f64;
     assert!((abs_error_sum / n as f64 - mape).abs() < 1e-2);
+    // So does the JSON's overall accuracy, and it counts the executors at the 5% target.
+    assert_eq!(json["overall"]["n"].as_u64(), Some(n as u64));
+    assert!((json["overall"]["mape"].as_f64().expect("overall mape") - mape).abs() < 1e-9);
+    let at_target = expected
+        .executors
+        .values()
+        .filter(|a| a.mape <= 5.0)
+        .count();
+    assert_eq!(json["at_target"]["target"].as_f64(), Some(5.0));
+    assert_eq!(
+        json["at_target"]["executors"].as_u64(),
+        Some(at_target as u64)
+    );
+    assert_eq!(
+        json["at_target"]["of"].as_u64(),
+        Some(expected.executors.len() as u64)
+    );
+
+    // The table ends in the same overall row and names the executors over the target.
+    let out = tandem_ok(&[
+        OsStr::new("eval"),
+        profile_path.as_os_str(),
+        data_path.as_os_str(),
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = format!("| all (points-weighted) | {n} | {mape:.2}% |");
+    assert!(table.contains(&row), "{row} not in\n{table}");
+    let line = format!(
+        "{at_target} of {} executors at or under the 5% MAPE target",
+        expected.executors.len()
+    );
+    assert!(table.contains(&line), "{line} not in\n{table}");
+    let worst = expected
+        .executors
+        .iter()
+        .max_by(|a, b| a.1.mape.total_cmp(&b.1.mape))
+        .expect("executors");
+    if worst.1.mape > 5.0 {
+        let over = table
+            .lines()
+            .find(|l| l.contains("over it:"))
+            .expect("the executors over the target are named");
+        assert!(over.contains(worst.0.as_str()), "{over}");
+    }
 }
 
 #[test]
@@ -361,4 +405,66 @@ fn calibrate_removes_the_offsets_it_is_sure_of() {
     }
     // Every executor with 20 configurations or more (the rare kernels have fewer).
     assert!(applied >= 8, "{table}");
+}
+
+/// `--repeat`: the second measurement scored as a prediction of the first, per executor and
+/// overall, as the library's `repeatability` computes it, beside the profile's own accuracy.
+#[test]
+fn a_repeated_measurement_gives_the_floor_per_executor_and_overall() {
+    use tandem_predictors::eval::{overall, repeatability};
+    let profile_path = profiles().join("pocl-1core-xeon2.profile");
+    let first = profiles().join("pocl-1core-xeon2.fresh1.csv.gz");
+    let again = profiles().join("pocl-1core-xeon2.fresh1-again.csv.gz");
+    let args = [
+        OsStr::new("eval"),
+        profile_path.as_os_str(),
+        first.as_os_str(),
+        OsStr::new("--repeat"),
+        again.as_os_str(),
+    ];
+    let out = tandem_ok(&[&args[..], &[OsStr::new("--json")]].concat());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let floor = repeatability(
+        &dataset::read(&first).expect("data"),
+        &dataset::read(&again).expect("data"),
+    );
+    assert!(floor.len() >= 10, "{floor:?}");
+    for (name, a) in &floor {
+        let j = &json["repeatability"][name];
+        assert_eq!(j["n"].as_u64(), Some(a.n as u64), "{name}");
+        assert!((j["mape"].as_f64().expect("mape") - a.mape).abs() < 1e-9);
+    }
+    let all = overall(&floor);
+    assert_eq!(
+        json["repeatability_overall"]["n"].as_u64(),
+        Some(all.n as u64)
+    );
+    assert!(
+        (json["repeatability_overall"]["mape"]
+            .as_f64()
+            .expect("mape")
+            - all.mape)
+            .abs()
+            < 1e-9
+    );
+    let at = floor.values().filter(|a| a.mape <= 5.0).count();
+    assert_eq!(
+        json["repeatability_at_target"]["executors"].as_u64(),
+        Some(at as u64)
+    );
+
+    let table = String::from_utf8_lossy(&tandem_ok(&args).stdout).into_owned();
+    let row = format!("| {:.2}% |", all.mape);
+    let last = table
+        .lines()
+        .find(|l| l.starts_with("| all (points-weighted) |"))
+        .expect("an overall row");
+    assert!(
+        last.ends_with(&format!("| {} {row} {:.1}% |", all.n, all.within10 * 100.0)),
+        "{last}"
+    );
+    assert!(
+        table.contains(&format!("{at} of {} executors' repeat MAPE", floor.len())),
+        "{table}"
+    );
 }

@@ -31,6 +31,36 @@ pub fn accuracy(predicted: &[f64], measured: &[f64]) -> Accuracy {
     }
 }
 
+/// The MAPE (percent) every executor is to reach on a dataset measured after training (the
+/// profiler issue's bar; the paper reports 2.4–11.5% on phones).
+pub const TARGET_MAPE: f64 = 5.0;
+
+/// The accuracy of every executor's points together: MAPE and the ±10% share weighted by the
+/// executors' point counts (all zero for no points).
+pub fn overall(accuracies: &BTreeMap<String, Accuracy>) -> Accuracy {
+    let n: usize = accuracies.values().map(|a| a.n).sum();
+    if n == 0 {
+        return Accuracy {
+            mape: 0.0,
+            within10: 0.0,
+            n: 0,
+        };
+    }
+    let weighted = |of: fn(&Accuracy) -> f64| {
+        accuracies.values().map(|a| of(a) * a.n as f64).sum::<f64>() / n as f64
+    };
+    Accuracy {
+        mape: weighted(|a| a.mape),
+        within10: weighted(|a| a.within10),
+        n,
+    }
+}
+
+/// How many of the executors in `accuracies` have a MAPE of at most `target` percent.
+pub fn at_target(accuracies: &BTreeMap<String, Accuracy>, target: f64) -> usize {
+    accuracies.values().filter(|a| a.mape <= target).count()
+}
+
 /// The result of [`evaluate`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluation {
@@ -270,6 +300,8 @@ pub fn pooled(first: &[Row], others: &[Vec<Row>]) -> Pooled {
 pub fn to_json(e: &Evaluation) -> serde_json::Value {
     serde_json::json!({
         "executors": accuracies_json(&e.executors),
+        "overall": accuracy_json(&overall(&e.executors)),
+        "at_target": at_target_json(&e.executors),
         "offset": e.offset,
         "machine_offset": e.machine_offset,
         "speed_adjusted": accuracies_json(&e.speed_adjusted),
@@ -286,14 +318,23 @@ pub fn to_json(e: &Evaluation) -> serde_json::Value {
 pub fn accuracies_json(accuracies: &BTreeMap<String, Accuracy>) -> serde_json::Value {
     let execs: serde_json::Map<String, serde_json::Value> = accuracies
         .iter()
-        .map(|(k, a)| {
-            (
-                k.clone(),
-                serde_json::json!({"mape": a.mape, "within10": a.within10, "n": a.n}),
-            )
-        })
+        .map(|(k, a)| (k.clone(), accuracy_json(a)))
         .collect();
     serde_json::Value::Object(execs)
+}
+
+/// `{"mape": …, "within10": …, "n": …}`.
+pub fn accuracy_json(a: &Accuracy) -> serde_json::Value {
+    serde_json::json!({"mape": a.mape, "within10": a.within10, "n": a.n})
+}
+
+/// `{"target": TARGET_MAPE, "executors": k, "of": n}`: how many executors meet the target.
+pub fn at_target_json(accuracies: &BTreeMap<String, Accuracy>) -> serde_json::Value {
+    serde_json::json!({
+        "target": TARGET_MAPE,
+        "executors": at_target(accuracies, TARGET_MAPE),
+        "of": accuracies.len(),
+    })
 }
 
 #[cfg(test)]
@@ -320,6 +361,32 @@ mod tests {
         // One executor far off on its own does not move it: median of -20, 4, 5, 6 is 4.5.
         assert!((machine_offset(&offsets) - 4.5).abs() < 1e-12);
         assert_eq!(machine_offset(&BTreeMap::new()), 0.0);
+    }
+
+    #[test]
+    fn the_overall_accuracy_weights_executors_by_their_points() {
+        let acc = |mape: f64, within10: f64, n: usize| Accuracy { mape, within10, n };
+        let execs: BTreeMap<String, Accuracy> = [
+            ("a".to_string(), acc(2.0, 1.0, 30)),
+            ("b".to_string(), acc(12.0, 0.5, 10)),
+            ("c".to_string(), acc(5.0, 0.8, 0)),
+        ]
+        .into_iter()
+        .collect();
+        let all = overall(&execs);
+        // (2 · 30 + 12 · 10) / 40 = 4.5; (1 · 30 + 0.5 · 10) / 40 = 0.875.
+        assert_eq!(all.n, 40);
+        assert!((all.mape - 4.5).abs() < 1e-12, "{all:?}");
+        assert!((all.within10 - 0.875).abs() < 1e-12, "{all:?}");
+        // At the target counts: 2% and exactly 5% do, 12% does not.
+        assert_eq!(at_target(&execs, TARGET_MAPE), 2);
+        assert_eq!(at_target(&execs, 1.0), 0);
+        assert_eq!(overall(&BTreeMap::new()).n, 0);
+        let j = at_target_json(&execs);
+        assert_eq!(
+            (j["executors"].as_u64(), j["of"].as_u64()),
+            (Some(2), Some(3))
+        );
     }
 
     fn point(config: &str, c1: usize, ms: f64) -> Row {
