@@ -166,13 +166,13 @@ fn eval_json_and_points_match_the_library_evaluation() {
         .iter()
         .max_by(|a, b| a.1.mape.total_cmp(&b.1.mape))
         .expect("executors");
-    if worst.1.mape > 5.0 {
-        let over = table
-            .lines()
-            .find(|l| l.contains("over it:"))
-            .expect("the executors over the target are named");
-        assert!(over.contains(worst.0.as_str()), "{over}");
-    }
+    // This profile misses the target on a few executors of this dataset (4.9% overall).
+    assert!(worst.1.mape > 5.0, "{worst:?}");
+    let over = table
+        .lines()
+        .find(|l| l.contains("over it:"))
+        .expect("the executors over the target are named");
+    assert!(over.contains(worst.0.as_str()), "{over}");
 }
 
 #[test]
