@@ -51,15 +51,18 @@ pub struct ProfileArgs {
     /// Channel counts measured per executor and configuration.
     #[arg(long, default_value_t = 6)]
     pub points: usize,
-    /// Rounds over each configuration's points; a point's latency is the least of its round
-    /// medians (reproducible on a machine whose load changes).
+    /// Rounds over each configuration's points; a point's latency (`ms`) is the least of its
+    /// round medians (reproducible on a machine whose load changes), and its fastest
+    /// repetition over the rounds is recorded too (`least_ms`, for `tandem train --latency
+    /// least`).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Measurements of each configuration, a block of 64 configurations (a minute or two)
     /// apart (a block's length apart when the run or its last block is shorter): the
     /// machine's slow phases of about a minute move all of a configuration's points together,
     /// and rounds seconds apart share them; passes a block apart do not. `tandem train`,
-    /// `eval` and `calibrate` pool a point's passes (geometric mean). An interrupted run
+    /// `eval` and `calibrate` pool a point's passes (the geometric mean of the medians, the
+    /// fastest repetition of all). An interrupted run
     /// resumes with the passes still missing
     #[arg(long, default_value_t = 1)]
     pub passes: usize,
@@ -178,6 +181,18 @@ pub struct TrainArgs {
     /// whether correcting them beats a forest from scratch. Without it such a base is refused.
     #[arg(long, requires = "base")]
     pub base_other_device: bool,
+    /// Which latency of each point to fit: `median` (the least of the rounds' median
+    /// repetitions, every dataset has it) or `least` (the fastest single repetition, which
+    /// repeats far better on a shared machine; datasets measured before tandem recorded it
+    /// are refused). The profile records it, and `tandem eval` and `tandem calibrate` score it
+    /// against the same latency.
+    #[arg(long, default_value = "median", value_parser = parse_latency)]
+    pub latency: dataset::Latency,
+}
+
+fn parse_latency(s: &str) -> Result<dataset::Latency, String> {
+    dataset::Latency::parse(s)
+        .ok_or_else(|| format!("'{s}' is not a latency; give median or least"))
 }
 
 /// `tandem eval`: MAPE and ±10% share of a profile's predictions per executor.
@@ -199,7 +214,8 @@ pub struct EvalArgs {
     /// factor per side of the profile's speed model at the dataset's reference-layer time and
     /// the accuracy with it, where the profile has one; with `--repeat`, also
     /// `"repeatability"` of the executors' shape, `"repeatability_overall"` and
-    /// `"repeatability_at_target"`).
+    /// `"repeatability_at_target"`; `"latency"`: `median` or `least`, the latency of each
+    /// point the profile predicts and is scored against, as trained with `--latency`).
     #[arg(long)]
     pub json: bool,
     /// A second measurement of (some of) the dataset's points, e.g. `tandem profile` run again
@@ -612,7 +628,8 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     let mut measured = Vec::new();
     let mut first: Option<(String, String)> = None;
     for path in std::iter::once(&args.dataset).chain(&args.add) {
-        let (these, name, as_measured) = training_rows(path, args.drop_slow_joins, speed_base)?;
+        let (these, name, as_measured) =
+            training_rows(path, args.drop_slow_joins, speed_base, args.latency)?;
         let Some(r) = these.first() else {
             bail!("{}: no measurements", path.display());
         };
@@ -646,7 +663,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     }
     let mut name = names.join(" + ");
     for other in &args.add_cpu {
-        let added = cpu_rows_of(other, &rows)?;
+        let added = cpu_rows_of(other, &rows, args.latency)?;
         eprintln!(
             "{}: {} CPU rows of configurations {} lacks",
             other.display(),
@@ -676,6 +693,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         profile.speed = speed_model(&profile, &measured);
     }
     profile.contention = contention;
+    profile.provenance.latency = args.latency;
     profile.provenance.corun_datasets = args
         .corun
         .iter()
@@ -719,8 +737,9 @@ fn training_rows(
     path: &Path,
     drop_slow_joins: Option<f64>,
     speed_base: Option<(&Profile, &str)>,
+    latency: dataset::Latency,
 ) -> Result<(Vec<dataset::Row>, String, Vec<dataset::Row>)> {
-    let mut rows = dataset::read(path)?;
+    let mut rows = dataset::with_latency(dataset::read(path)?, latency, path)?;
     let mut name = file_name_of(path);
     if let Some(percent) = drop_slow_joins {
         let before = rows.len();
@@ -871,9 +890,13 @@ fn contention_of(
 /// The CPU rows of dataset `other` whose configurations `main` lacks; an error when `other`
 /// was measured on another device or CPU than `main`.
 #[cfg(feature = "lightgbm")]
-fn cpu_rows_of(other: &Path, main: &[dataset::Row]) -> Result<Vec<dataset::Row>> {
+fn cpu_rows_of(
+    other: &Path,
+    main: &[dataset::Row],
+    latency: dataset::Latency,
+) -> Result<Vec<dataset::Row>> {
     use tandem_predictors::features::is_cpu;
-    let rows = dataset::read(other)?;
+    let rows = dataset::with_latency(dataset::read(other)?, latency, other)?;
     if let Some(a) = main.first() {
         if let Some(r) = rows.iter().find(|r| r.device != a.device || r.cpu != a.cpu) {
             bail!(
@@ -896,9 +919,11 @@ fn cpu_rows_of(other: &Path, main: &[dataset::Row]) -> Result<Vec<dataset::Row>>
 /// Runs `tandem eval`.
 pub fn eval(args: &EvalArgs) -> Result<()> {
     let profile = Profile::load(&args.profile)?;
+    let latency = profile.provenance.latency;
     let measurements = dataset::read_measurements(&args.dataset)?;
     let stored = measurements.len();
-    let rows = dataset::pool_repeats(measurements);
+    let rows = dataset::with_latency(dataset::pool_repeats(measurements), latency, &args.dataset)
+        .context("the profile predicts least latencies (trained with --latency least)")?;
     if stored > rows.len() {
         eprintln!(
             "{}: {} points from {stored} rows (the passes of a point pooled, geometric mean)",
@@ -918,7 +943,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     let others = args
         .pool
         .iter()
-        .map(|p| dataset::read(p))
+        .map(|p| dataset::with_latency(dataset::read(p)?, latency, p))
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(first) = rows.first() {
         for (path, other) in args.pool.iter().zip(&others) {
@@ -953,13 +978,17 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     }
     let e = evaluate(&profile, &pool.rows);
     let floor = match &args.repeat {
-        Some(path) => Some(repeatability(&rows, &dataset::read(path)?)),
+        Some(path) => Some(repeatability(
+            &rows,
+            &dataset::with_latency(dataset::read(path)?, latency, path)?,
+        )),
         None => None,
     };
     let profile_probe = profile.provenance.probe.as_ref();
     let probe_change = e.probe_change;
     if args.json {
         let mut j = to_json(&e);
+        j["latency"] = latency.name().into();
         if let Some(floor) = &floor {
             j["repeatability"] = accuracies_json(floor);
             j["repeatability_overall"] = eval::accuracy_json(&eval::overall(floor));
@@ -1037,6 +1066,14 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         println!("\n{}", target_line(&e.executors));
     }
     if !args.json {
+        println!(
+            "\nlatency: {} (the profile's; {})",
+            latency.name(),
+            match latency {
+                dataset::Latency::Median => "the least of each point's round medians, `ms`",
+                dataset::Latency::Least => "each point's fastest repetition, `least_ms`",
+            }
+        );
         println!(
             "\nmachine offset {:+.1}%: the median of the executors' offsets, how much slower (+) \
              or faster (−) the whole machine ran than when the profile's data were measured. \
@@ -1150,7 +1187,12 @@ fn probe_line(
 /// Runs `tandem calibrate`.
 pub fn calibrate(args: &CalibrateArgs) -> Result<()> {
     let profile = Profile::load(&args.profile)?;
-    let rows = dataset::read(&args.dataset)?;
+    let rows = dataset::with_latency(
+        dataset::read(&args.dataset)?,
+        profile.provenance.latency,
+        &args.dataset,
+    )
+    .context("the profile predicts least latencies (trained with --latency least)")?;
     let name = args
         .dataset
         .file_name()

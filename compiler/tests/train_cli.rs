@@ -4,7 +4,8 @@
 //! configurations measured in a slow handoff phase are left out, their CPU rows kept.
 //! `tandem train --corun`: the contention of split steps. `tandem train --base`: the predictors
 //! of another host's profile corrected where cross-validation prefers it. `tandem train --add`:
-//! further datasets pooled, each at the base's speed with `--base-speed`.
+//! further datasets pooled, each at the base's speed with `--base-speed`. `tandem train
+//! --latency least`: the fastest repetitions fitted, and scored so by `tandem eval`.
 #![cfg(feature = "lightgbm")]
 
 use std::collections::BTreeSet;
@@ -926,4 +927,102 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
         stderr.contains("the profile plain.profile has no speed model"),
         "{stderr}"
     );
+}
+
+/// `tandem train --latency least` fits each point's fastest repetition and records the choice;
+/// `tandem eval` then scores the profile against the same latency. A dataset measured before
+/// the fastest repetition was recorded is refused by both, naming the missing column.
+#[test]
+fn a_profile_trained_on_least_latencies_is_scored_on_them() {
+    use tandem_predictors::dataset::{with_latency, Latency};
+    use tandem_predictors::eval::evaluate;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (old, rows) = first_configs(
+        "pocl-1core-epyc-zen4.fresh1.csv.gz",
+        "pocl-1core-epyc-zen4.device.json",
+        40,
+        dir.path(),
+        "old",
+    );
+    assert!(
+        rows.iter().all(|r| r.least_ms == 0.0),
+        "fresh1 predates least_ms"
+    );
+    let err = fails(
+        tandem()
+            .arg("train")
+            .arg(&old)
+            .args(["--latency", "least", "-o"])
+            .arg(dir.path().join("x.profile")),
+    );
+    assert!(err.contains("least_ms") && err.contains("old.csv"), "{err}");
+
+    // The same points with a fastest repetition of 60% of the median.
+    let new_rows: Vec<Row> = rows
+        .iter()
+        .map(|r| Row {
+            least_ms: r.ms * 0.6,
+            ..r.clone()
+        })
+        .collect();
+    let data = dir.path().join("new.csv");
+    dataset::write(&data, &new_rows).expect("write");
+    std::fs::copy(
+        profiles().join("pocl-1core-epyc-zen4.device.json"),
+        dir.path().join("new.device.json"),
+    )
+    .expect("sidecar");
+    let (least, median) = (
+        dir.path().join("least.profile"),
+        dir.path().join("median.profile"),
+    );
+    succeeds(
+        tandem()
+            .arg("train")
+            .arg(&data)
+            .args(["--latency", "least", "-o"])
+            .arg(&least),
+    );
+    succeeds(tandem().arg("train").arg(&data).arg("-o").arg(&median));
+    let least_profile = tandem_predictors::Profile::load(&least).expect("profile");
+    let median_profile = tandem_predictors::Profile::load(&median).expect("profile");
+    assert_eq!(least_profile.provenance.latency, Latency::Least);
+    assert_eq!(median_profile.provenance.latency, Latency::Median);
+    // Fitted on 60% of the labels, it predicts about 60% of the latencies the median profile
+    // predicts: the median latencies lie about 1/0.6 above it (machine offset +67%).
+    let offset = |p: &tandem_predictors::Profile| evaluate(p, &new_rows).machine_offset;
+    let (least_offset, median_offset) = (offset(&least_profile), offset(&median_profile));
+    assert!(median_offset.abs() < 10.0, "{median_offset}");
+    let ratio = (1.0 + median_offset / 100.0) / (1.0 + least_offset / 100.0);
+    assert!(
+        (0.5..0.7).contains(&ratio),
+        "least / median predictions {ratio}"
+    );
+
+    // eval scores the least profile against least_ms, as the library does.
+    let out = tandem()
+        .args(["eval", "--json"])
+        .arg(&least)
+        .arg(&data)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["latency"], "least");
+    let expected = evaluate(
+        &least_profile,
+        // As stored (six decimals).
+        &with_latency(dataset::read(&data).expect("read"), Latency::Least, &data)
+            .expect("has least_ms"),
+    );
+    for (name, a) in &expected.executors {
+        let mape = json["executors"][name]["mape"].as_f64().expect("mape");
+        assert!((mape - a.mape).abs() < 1e-6, "{name}: {mape} vs {}", a.mape);
+    }
+    let err = fails(tandem().arg("eval").arg(&least).arg(&old));
+    assert!(err.contains("least_ms") && err.contains("old.csv"), "{err}");
 }

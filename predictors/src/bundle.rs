@@ -71,6 +71,14 @@ pub struct Provenance {
     /// reference layer (`None`: no row recorded it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeSpeed>,
+    /// Which latency of a point the profile was trained on and predicts
+    /// ([`crate::dataset::Latency`]); absent (median) in profiles trained before the choice.
+    #[serde(default, skip_serializing_if = "is_median")]
+    pub latency: crate::dataset::Latency,
+}
+
+fn is_median(l: &crate::dataset::Latency) -> bool {
+    *l == crate::dataset::Latency::Median
 }
 
 /// The machine's speed while a dataset was measured: per side, the median of its rows'

@@ -10,10 +10,13 @@
 //! wg_z groups grid_x grid_y grid_z` (the GPU's dispatch decision; empty and zeros for the CPU),
 //! `ms` (median latency), `reps` (timed repetitions), `sync_ms` (median join of the polling
 //! protocol, measured with the configuration), `conv_groups` (convolution groups: 1 except for
-//! `gconv` rows; `groups` is taken by the GPU's number of work groups).
+//! `gconv` rows; `groups` is taken by the GPU's number of work groups), `probe_ms` (the
+//! machine's speed: the quiet gate's reference layer), `least_ms` (the fastest single
+//! repetition; see [`Latency`]).
 //!
-//! `conv_groups` is optional when reading: a file whose header ends at `sync_ms` (written
-//! before grouped convolutions were profiled) has one group per layer.
+//! The last columns are optional when reading: a file whose header ends at `sync_ms` (written
+//! before grouped convolutions were profiled) has one group per layer; one without `probe_ms`
+//! records no speed; one without `least_ms` has only the median latency.
 //!
 //! Fields holding a comma, a quote or a newline are quoted (`"…"`, quotes doubled). A file that
 //! does not parse gives a [`DatasetError`] naming the file, the line and the field.
@@ -24,7 +27,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The columns of a dataset, in order.
-pub const COLUMNS: [&str; 36] = [
+pub const COLUMNS: [&str; 37] = [
     "config",
     "device",
     "cpu",
@@ -61,6 +64,7 @@ pub const COLUMNS: [&str; 36] = [
     "sync_ms",
     "conv_groups",
     "probe_ms",
+    "least_ms",
 ];
 
 /// The columns of files written before `conv_groups` existed (still read: one group).
@@ -69,8 +73,84 @@ const OLD_COLUMNS: usize = 34;
 /// The columns of files written before `probe_ms` existed (still read: no speed recorded).
 const NO_PROBE_COLUMNS: usize = 35;
 
+/// The columns of files written before `least_ms` existed (still read: median latency only).
+const NO_LEAST_COLUMNS: usize = 36;
+
 /// The column counts of the headers [`parse`] reads (the current one first).
-const HEADERS: [usize; 3] = [COLUMNS.len(), NO_PROBE_COLUMNS, OLD_COLUMNS];
+const HEADERS: [usize; 4] = [
+    COLUMNS.len(),
+    NO_LEAST_COLUMNS,
+    NO_PROBE_COLUMNS,
+    OLD_COLUMNS,
+];
+
+/// Which of a point's measured latencies is its label: what `tandem train` fits, and what a
+/// profile trained on it predicts and is scored against (`tandem eval`, `tandem calibrate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Latency {
+    /// The least over the rounds of each round's median repetition (`ms`): every dataset
+    /// has it, and profiles trained before `least_ms` existed use it.
+    #[default]
+    Median,
+    /// The fastest single repetition over all rounds and passes of one run (`least_ms`). On a
+    /// shared machine a slow phase only ever adds time, so the fastest repetition is the most
+    /// reproducible statistic: measured again minutes later it moves far less than the median
+    /// does, given rounds spread over a minute or more. Separate runs (`tandem train --add`,
+    /// `tandem eval --pool`) are pooled by the geometric mean of their labels, as medians are:
+    /// a run's level is that of its hour.
+    Least,
+}
+
+impl Latency {
+    pub fn name(self) -> &'static str {
+        match self {
+            Latency::Median => "median",
+            Latency::Least => "least",
+        }
+    }
+
+    /// `median` or `least`.
+    pub fn parse(s: &str) -> Option<Latency> {
+        match s {
+            "median" => Some(Latency::Median),
+            "least" => Some(Latency::Least),
+            _ => None,
+        }
+    }
+}
+
+/// `rows` with their label (`ms`) the chosen latency: unchanged for [`Latency::Median`], `ms`
+/// replaced by `least_ms` for [`Latency::Least`]. An error naming `path` and the first row
+/// without a fastest repetition (a file written before `least_ms` existed).
+pub fn with_latency(
+    mut rows: Vec<Row>,
+    latency: Latency,
+    path: &Path,
+) -> Result<Vec<Row>, DatasetError> {
+    if latency == Latency::Least {
+        for (i, r) in rows.iter_mut().enumerate() {
+            if r.least_ms <= 0.0 {
+                return Err(DatasetError::Parse {
+                    path: path.to_path_buf(),
+                    line: 0,
+                    message: format!(
+                        "point {} of the dataset ({} {} channels {}..{}) has no least_ms (a file \
+                         measured before tandem recorded the fastest repetition): it can only \
+                         be used with median latencies",
+                        i + 1,
+                        r.config,
+                        r.executor,
+                        r.c0,
+                        r.c1
+                    ),
+                });
+            }
+            r.ms = r.least_ms;
+        }
+    }
+    Ok(rows)
+}
 
 /// The GPU's dispatch decision as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,6 +183,9 @@ pub struct Row {
     /// row) in the probes around the rounds kept (`crate::quiet::Rounds`); 0 when not
     /// recorded (the gate off, or a file older than the column).
     pub probe_ms: f64,
+    /// The fastest single repetition over the rounds kept ([`Latency::Least`]); 0 when not
+    /// recorded (a file older than the column).
+    pub least_ms: f64,
 }
 
 /// Why a dataset could not be read or written.
@@ -231,7 +314,7 @@ impl Row {
         );
         let _ = write!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{:.6},{},{:.6},{},{:.6}",
+            "{},{},{},{},{},{},{},{},{},{},{:.6},{},{:.6},{},{:.6},{:.6}",
             d.block[0],
             d.block[1],
             d.block[2],
@@ -246,7 +329,8 @@ impl Row {
             self.reps,
             self.sync_ms,
             l.groups.max(1),
-            self.probe_ms
+            self.probe_ms,
+            self.least_ms
         );
         s
     }
@@ -399,6 +483,11 @@ fn parse_row(fields: &[String], columns: usize) -> Result<Row, String> {
         } else {
             0.0
         },
+        least_ms: if columns > NO_LEAST_COLUMNS {
+            num(36)?
+        } else {
+            0.0
+        },
     })
 }
 
@@ -429,8 +518,10 @@ impl Row {
         )
     }
 
-    /// This measurement pooled with `others` of the same point: the geometric mean of the
-    /// latencies (the noise of `k` independent measurements is about `1/√k` of one's, and the
+    /// This measurement pooled with `others` of the same point: the fastest repetition of them
+    /// all (when every measurement recorded one: the statistic is the fastest repetition of
+    /// all a point's rounds, and more rounds spread in time find it more reliably), the
+    /// geometric mean of the median latencies (the noise of `k` independent measurements is about `1/√k` of one's, and the
     /// geometric mean keeps the typical latency, unlike the least), repetitions summed, the
     /// joins' and the reference layer's times by their geometric means too (the reference
     /// layer's over the measurements that recorded it).
@@ -455,6 +546,11 @@ impl Row {
             0.0
         } else {
             geomean(probes)
+        };
+        p.least_ms = if all().all(|r| r.least_ms > 0.0) {
+            all().map(|r| r.least_ms).fold(f64::INFINITY, f64::min)
+        } else {
+            0.0
         };
         p
     }
@@ -564,9 +660,9 @@ pub struct Appender {
 }
 
 impl Appender {
-    /// Opens `path` for appending. A file written before the `conv_groups` or `probe_ms`
-    /// columns existed is rewritten with them first (its rows keep one group and no recorded
-    /// speed), so that old and new rows share a header.
+    /// Opens `path` for appending. A file written before the `conv_groups`, `probe_ms` or
+    /// `least_ms` columns existed is rewritten with them first (its rows keep one group, no
+    /// recorded speed and no fastest repetition), so that old and new rows share a header.
     pub fn open(path: &Path) -> Result<Appender, DatasetError> {
         let io = |error| DatasetError::Io {
             path: path.to_path_buf(),
@@ -651,6 +747,7 @@ pub(crate) fn test_point(config: &str, c1: usize, ms: f64, probe_ms: f64) -> Row
         reps: 3,
         sync_ms: 0.002,
         probe_ms,
+        least_ms: 0.0,
     }
 }
 
@@ -681,5 +778,57 @@ mod tests {
         assert_eq!(pooled[1..], rows[1..3]);
         // Without repeats, nothing changes.
         assert_eq!(pool_repeats(rows[..3].to_vec()), rows[..3].to_vec());
+    }
+
+    #[test]
+    fn the_fastest_repetition_round_trips_pools_and_replaces_the_median_when_chosen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.csv");
+        let mut a = test_point("a", 8, 2.0, 1.0);
+        a.least_ms = 1.5;
+        let mut a2 = test_point("a", 8, 8.0, 1.0);
+        a2.least_ms = 6.0;
+        let b = test_point("b", 8, 3.0, 1.0);
+        write(&path, &[a.clone(), a2, b.clone()]).expect("write");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text
+            .lines()
+            .next()
+            .expect("header")
+            .ends_with(",probe_ms,least_ms"));
+        let rows = read(&path).expect("parse");
+        // Pooled: the fastest repetition of both, 1.5; the medians' geometric mean (2 · 8)^(1/2).
+        assert!((rows[0].ms - 4.0).abs() < 1e-9 && rows[0].least_ms == 1.5);
+        assert_eq!(rows[1], b);
+        let median = with_latency(rows.clone(), Latency::Median, &path).expect("median");
+        assert_eq!(median, rows);
+        // b has no fastest repetition: the least latency is refused, naming the point.
+        let Err(err) = with_latency(rows.clone(), Latency::Least, &path) else {
+            panic!("b has no least_ms")
+        };
+        let msg = err.to_string();
+        assert!(
+            msg.contains("d.csv") && msg.contains("b ") && msg.contains("least_ms"),
+            "{msg}"
+        );
+        let least = with_latency(rows[..1].to_vec(), Latency::Least, &path).expect("least");
+        assert_eq!(least[0].ms, 1.5);
+        // A measurement without it pools to none.
+        let mut c = test_point("c", 8, 1.0, 1.0);
+        c.least_ms = 0.5;
+        let pooled = c.pooled_with(&[&test_point("c", 8, 1.0, 1.0)]);
+        assert_eq!(pooled.least_ms, 0.0);
+    }
+
+    #[test]
+    fn a_file_from_before_the_fastest_repetition_reads_without_it() {
+        let row = test_point("a", 8, 2.0, 1.5);
+        let line = row.to_csv();
+        let old = line.rsplit_once(',').expect("a last field").0;
+        let text = format!("{}\n{old}\n", COLUMNS[..NO_LEAST_COLUMNS].join(","));
+        let rows = parse(&text, Path::new("old.csv")).expect("the older header");
+        assert_eq!(rows, vec![row]);
+        assert_eq!(Latency::parse("least"), Some(Latency::Least));
+        assert_eq!(Latency::parse("fastest"), None);
     }
 }

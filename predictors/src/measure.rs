@@ -628,12 +628,14 @@ pub fn run(
             reps: 0,
             sync_ms: sync.median_ms,
             probe_ms: 0.0,
+            least_ms: 0.0,
         };
         for ((&g, d), t) in gpu_points.iter().zip(&dispatches).zip(&gpu_rounds.times) {
             let mut r = base(gpu_executor(layer.op, d.variant), 0, c - g, c);
             r.variant = d.variant.name().to_string();
             r.dispatch = record(d);
             r.ms = t.median_ms;
+            r.least_ms = t.least_ms;
             r.reps = t.reps;
             r.probe_ms = gpu_rounds.probe_ms.unwrap_or(0.0);
             rows.push(r);
@@ -654,6 +656,7 @@ pub fn run(
             for (&cc, timing) in cpu_points.iter().zip(&cpu_rounds.times) {
                 let mut r = base(cpu_executor(layer.op, t), t, 0, cc);
                 r.ms = timing.median_ms;
+                r.least_ms = timing.least_ms;
                 r.reps = timing.reps;
                 r.probe_ms = cpu_rounds.probe_ms.unwrap_or(0.0);
                 rows.push(r);

@@ -230,6 +230,7 @@ fn fold(acc: &mut Option<Vec<Timing>>, round: &[Timing]) {
         Some(a) => {
             for (x, t) in a.iter_mut().zip(round) {
                 x.median_ms = x.median_ms.min(t.median_ms);
+                x.least_ms = x.least_ms.min(t.least_ms);
                 x.reps += t.reps;
             }
         }
@@ -240,7 +241,7 @@ fn fold(acc: &mut Option<Vec<Timing>>, round: &[Timing]) {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rounds {
     /// Per point, the least of its quiet round medians (of all rounds when none was quiet),
-    /// with the repetitions of those rounds summed.
+    /// the least single repetition of those rounds, and their repetitions summed.
     pub times: Vec<Timing>,
     /// The median of the reference layer's times in the probes before and after the rounds
     /// kept (of every round when none was quiet): the machine's speed while the points were
@@ -315,8 +316,22 @@ mod tests {
     fn t(ms: f64) -> Timing {
         Timing {
             median_ms: ms,
+            least_ms: ms,
             reps: 1,
         }
+    }
+
+    #[test]
+    fn rounds_fold_to_the_least_median_the_fastest_repetition_and_all_repetitions() {
+        let timing = |median_ms, least_ms, reps| Timing {
+            median_ms,
+            least_ms,
+            reps,
+        };
+        let mut acc = None;
+        fold(&mut acc, &[timing(2.0, 1.5, 3), timing(5.0, 4.0, 3)]);
+        fold(&mut acc, &[timing(2.5, 1.2, 4), timing(4.0, 4.5, 3)]);
+        assert_eq!(acc, Some(vec![timing(2.0, 1.2, 7), timing(4.0, 4.0, 6)]));
     }
 
     #[test]

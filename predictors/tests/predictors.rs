@@ -74,6 +74,7 @@ fn synthetic_rows(configs: usize, seed: u64) -> Vec<Row> {
                 reps: 7,
                 sync_ms: 0.004,
                 probe_ms: 0.0,
+                least_ms: 0.0,
             });
         }
         for c in measure::channel_points(l.cout, step, 5, &mut rng) {
@@ -93,6 +94,7 @@ fn synthetic_rows(configs: usize, seed: u64) -> Vec<Row> {
                 reps: 7,
                 sync_ms: 0.004,
                 probe_ms: 0.0,
+                least_ms: 0.0,
             });
         }
     }
@@ -198,10 +200,11 @@ fn old_datasets_without_conv_groups_read_as_one_group_and_gconv_rows_round_trip(
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("old.csv");
     dataset::write(&path, &rows).expect("write");
-    // Strip the last two columns: the format before grouped convolutions (and probes).
+    // Strip the last three columns: the format before grouped convolutions (and probes, and
+    // fastest repetitions).
     let text = std::fs::read_to_string(&path).expect("read");
     let strip = |l: &str| l.rsplit_once(',').expect("columns").0.to_string();
-    let old: Vec<String> = text.lines().map(|l| strip(&strip(l))).collect();
+    let old: Vec<String> = text.lines().map(|l| strip(&strip(&strip(l)))).collect();
     assert!(old[0].ends_with(",sync_ms"));
     std::fs::write(&path, old.join("\n") + "\n").expect("write");
     let back = dataset::read(&path).expect("an old dataset reads");
@@ -305,11 +308,15 @@ fn the_probe_speed_round_trips_and_older_files_read_without_it() {
         "{speed:?}"
     );
 
-    // A file from before the column: no speed recorded, and appending upgrades its header.
+    // A file from before the column (and the later `least_ms`): no speed recorded, and
+    // appending upgrades its header.
     let text = std::fs::read_to_string(&path).expect("read");
     let old: Vec<String> = text
         .lines()
-        .map(|l| l.rsplit_once(',').expect("columns").0.to_string())
+        .map(|l| {
+            let without_least = l.rsplit_once(',').expect("columns").0;
+            without_least.rsplit_once(',').expect("columns").0.to_string()
+        })
         .collect();
     assert!(old[0].ends_with(",conv_groups"));
     std::fs::write(&path, old.join("\n") + "\n").expect("write");
@@ -335,7 +342,7 @@ fn bad_csv_names_file_line_and_field() {
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
     let mut fields: Vec<String> = lines[3].split(',').map(String::from).collect();
     let n = fields.len();
-    fields[n - 5] = "fast".into(); // ms
+    fields[n - 6] = "fast".into(); // ms
     lines[3] = fields.join(",");
     std::fs::write(&path, lines.join("\n")).expect("write");
     let e = dataset::read(&path).expect_err("bad ms").to_string();
@@ -602,6 +609,7 @@ fn cpu_part_row(l: &Layer, executor: &str, threads: usize, c: usize) -> Row {
         reps: 1,
         sync_ms: 0.0,
         probe_ms: 0.0,
+        least_ms: 0.0,
     }
 }
 

@@ -157,10 +157,14 @@ impl Default for MeasureOptions {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timing {
     pub median_ms: f64,
+    /// The fastest repetition: on a shared machine, whose slow phases only ever add time, the
+    /// most reproducible of the two (see `docs/predictors.md`, "Latency statistic").
+    pub least_ms: f64,
     pub reps: usize,
 }
 
-/// Runs `once` (which returns the milliseconds of one run) as `options` say; the median.
+/// Runs `once` (which returns the milliseconds of one run) as `options` say; the median and
+/// the least of the repetitions.
 fn measure<E>(
     options: &MeasureOptions,
     mut once: impl FnMut() -> Result<f64, E>,
@@ -177,7 +181,9 @@ fn measure<E>(
         total += t;
         times.push(t);
     }
+    let least_ms = times.iter().copied().fold(f64::INFINITY, f64::min);
     Ok(Timing {
+        least_ms: if least_ms.is_finite() { least_ms } else { 0.0 },
         median_ms: median(&mut times),
         reps: times.len(),
     })
@@ -1001,11 +1007,23 @@ mod tests {
             t,
             Ok(Timing {
                 median_ms: 4.0,
+                least_ms: 4.0,
                 reps: 3
             })
         );
         assert_eq!(calls, 4);
         let t: Result<Timing, ()> = measure(&o, || Ok(0.5));
         assert_eq!(t.map(|t| t.reps), Ok(5));
+        // The median and the fastest of the timed repetitions (the warm-up is not timed).
+        let mut times = [1.0, 5.0, 3.0, 4.0].into_iter();
+        let t: Result<Timing, ()> = measure(&o, || Ok(times.next().unwrap_or(9.0)));
+        assert_eq!(
+            t,
+            Ok(Timing {
+                median_ms: 4.0,
+                least_ms: 3.0,
+                reps: 3
+            })
+        );
     }
 }
