@@ -922,13 +922,18 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     let latency = profile.provenance.latency;
     let measurements = dataset::read_measurements(&args.dataset)?;
     let stored = measurements.len();
-    let rows = dataset::with_latency(dataset::pool_repeats(measurements), latency, &args.dataset)
-        .context("the profile predicts least latencies (trained with --latency least)")?;
+    let rows =
+        dataset::with_latency(dataset::pool_repeats(measurements), latency, &args.dataset)
+            .with_context(|| format!("{} predicts fastest repetitions", args.profile.display()))?;
     if stored > rows.len() {
         eprintln!(
-            "{}: {} points from {stored} rows (the passes of a point pooled, geometric mean)",
+            "{}: {} points from {stored} rows (the passes of a point pooled: {})",
             args.dataset.display(),
-            rows.len()
+            rows.len(),
+            match latency {
+                dataset::Latency::Median => "the geometric mean of their medians",
+                dataset::Latency::Least => "the fastest repetition of them all",
+            }
         );
     }
     let device = profile.device().label();
@@ -1192,7 +1197,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<()> {
         profile.provenance.latency,
         &args.dataset,
     )
-    .context("the profile predicts least latencies (trained with --latency least)")?;
+    .with_context(|| format!("{} predicts fastest repetitions", args.profile.display()))?;
     let name = args
         .dataset
         .file_name()

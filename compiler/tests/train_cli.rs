@@ -18,12 +18,20 @@ fn tandem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tandem"))
 }
 
+/// Runs `cmd`, which must succeed (its stderr shown when it does not); its output.
+fn run_ok(cmd: &mut Command) -> std::process::Output {
+    let run = cmd.output().expect("tandem runs");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    run
+}
+
 /// Runs `cmd`, which must succeed (its stderr shown when it does not); its stderr.
 fn succeeds(cmd: &mut Command) -> String {
-    let run = cmd.output().expect("tandem runs");
-    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
-    assert!(run.status.success(), "{stderr}");
-    stderr
+    String::from_utf8_lossy(&run_ok(cmd).stderr).into_owned()
 }
 
 /// Runs `cmd`, which must fail; its stderr (the error).
@@ -1000,17 +1008,7 @@ fn a_profile_trained_on_least_latencies_is_scored_on_them() {
     );
 
     // eval scores the least profile against least_ms, as the library does.
-    let out = tandem()
-        .args(["eval", "--json"])
-        .arg(&least)
-        .arg(&data)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(tandem().args(["eval", "--json"]).arg(&least).arg(&data));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(json["latency"], "least");
     let expected = evaluate(
@@ -1024,5 +1022,47 @@ fn a_profile_trained_on_least_latencies_is_scored_on_them() {
         assert!((mape - a.mape).abs() < 1e-6, "{name}: {mape} vs {}", a.mape);
     }
     let err = fails(tandem().arg("eval").arg(&least).arg(&old));
-    assert!(err.contains("least_ms") && err.contains("old.csv"), "{err}");
+    assert!(
+        err.contains("least.profile predicts fastest repetitions")
+            && err.contains("old.csv: point 1")
+            && err.contains("has no least_ms"),
+        "{err}"
+    );
+
+    // calibrate, too: refuses the older dataset, and keeps the latency it calibrates.
+    let calibrated = dir.path().join("calibrated.profile");
+    let err = fails(
+        tandem()
+            .arg("calibrate")
+            .arg(&least)
+            .arg(&old)
+            .arg("-o")
+            .arg(&calibrated),
+    );
+    assert!(err.contains("has no least_ms"), "{err}");
+    succeeds(
+        tandem()
+            .arg("calibrate")
+            .arg(&least)
+            .arg(&data)
+            .arg("-o")
+            .arg(&calibrated),
+    );
+    let calibrated = tandem_predictors::Profile::load(&calibrated).expect("calibrated");
+    assert_eq!(calibrated.provenance.latency, Latency::Least);
+    // Calibrated on its own training data, the executors with enough configurations find a
+    // factor near 1: they are scored on least_ms (on the medians it would be about 1/0.6).
+    let c = calibrated
+        .provenance
+        .calibrations
+        .last()
+        .expect("a calibration");
+    let sampled: Vec<f64> = c
+        .executors
+        .values()
+        .filter(|e| e.configs >= 20)
+        .map(|e| e.factor)
+        .collect();
+    assert!(!sampled.is_empty(), "{c:?}");
+    assert!(sampled.iter().all(|f| (f - 1.0).abs() < 0.1), "{c:?}");
 }

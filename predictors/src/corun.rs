@@ -143,6 +143,7 @@ pub fn read(path: &Path) -> Result<Vec<CorunRow>, CorunError> {
     let text = crate::dataset::read_text(path).map_err(|e| match e {
         DatasetError::Io { error, .. } => err(error.to_string()),
         DatasetError::Parse { message, .. } => err(message),
+        other => err(other.to_string()),
     })?;
     let mut lines = text.lines();
     let header = lines.next().ok_or_else(|| err("empty file".into()))?;

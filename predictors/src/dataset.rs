@@ -131,19 +131,13 @@ pub fn with_latency(
     if latency == Latency::Least {
         for (i, r) in rows.iter_mut().enumerate() {
             if r.least_ms <= 0.0 {
-                return Err(DatasetError::Parse {
+                return Err(DatasetError::NoFastestRepetition {
                     path: path.to_path_buf(),
-                    line: 0,
-                    message: format!(
-                        "point {} of the dataset ({} {} channels {}..{}) has no least_ms (a file \
-                         measured before tandem recorded the fastest repetition): it can only \
-                         be used with median latencies",
-                        i + 1,
-                        r.config,
-                        r.executor,
-                        r.c0,
-                        r.c1
-                    ),
+                    point: i + 1,
+                    config: r.config.clone(),
+                    executor: r.executor.clone(),
+                    c0: r.c0,
+                    c1: r.c1,
                 });
             }
             r.ms = r.least_ms;
@@ -203,6 +197,21 @@ pub enum DatasetError {
         path: PathBuf,
         line: usize,
         message: String,
+    },
+    /// A point without a fastest repetition, asked for [`Latency::Least`].
+    #[error(
+        "{path}: point {point} ({config} {executor}, channels {c0}..{c1}) has no least_ms: the \
+         file was measured before tandem recorded the fastest repetition, so it can only be used \
+         with median latencies"
+    )]
+    NoFastestRepetition {
+        path: PathBuf,
+        /// 1-based, among the dataset's points (passes pooled).
+        point: usize,
+        config: String,
+        executor: String,
+        c0: usize,
+        c1: usize,
     },
 }
 
@@ -521,8 +530,9 @@ impl Row {
     /// This measurement pooled with `others` of the same point: the fastest repetition of them
     /// all (when every measurement recorded one: the statistic is the fastest repetition of
     /// all a point's rounds, and more rounds spread in time find it more reliably), the
-    /// geometric mean of the median latencies (the noise of `k` independent measurements is about `1/√k` of one's, and the
-    /// geometric mean keeps the typical latency, unlike the least), repetitions summed, the
+    /// geometric mean of the median latencies (the noise of `k` independent measurements is
+    /// about `1/√k` of one's, and the geometric mean keeps the typical latency, unlike the
+    /// least), repetitions summed, the
     /// joins' and the reference layer's times by their geometric means too (the reference
     /// layer's over the measurements that recorded it).
     pub fn pooled_with(&self, others: &[&Row]) -> Row {
@@ -808,7 +818,7 @@ mod tests {
         };
         let msg = err.to_string();
         assert!(
-            msg.contains("d.csv") && msg.contains("b ") && msg.contains("least_ms"),
+            msg.contains("d.csv: point 2 (b fully_connected, channels 0..8) has no least_ms"),
             "{msg}"
         );
         let least = with_latency(rows[..1].to_vec(), Latency::Least, &path).expect("least");
