@@ -25,7 +25,9 @@
 //!   whose recorded join was slow (data measured before the join was gated).
 //! - [`gated_rounds`] measures `rounds` quiet rounds of a set of points, at most twice as many
 //!   attempts; a point's latency is the least of its quiet round medians, or, when no round was
-//!   quiet, the least of all (counted in [`GateStats::noisy`]); it also gives the median
+//!   quiet, the least of all (counted in [`GateStats::noisy`]); its fastest repetition is the
+//!   least of every round measured, discarded ones included (a slow phase only adds time, and
+//!   on the AMD EPYC host a slow round still has fast moments); it also gives the median
 //!   reference-layer time of the probes around those rounds, the machine's speed meanwhile.
 
 use crate::dataset::Row;
@@ -241,7 +243,8 @@ fn fold(acc: &mut Option<Vec<Timing>>, round: &[Timing]) {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rounds {
     /// Per point, the least of its quiet round medians (of all rounds when none was quiet),
-    /// the least single repetition of those rounds, and their repetitions summed.
+    /// the least single repetition of every round measured (the discarded ones too), and the
+    /// repetitions of the rounds kept, summed.
     pub times: Vec<Timing>,
     /// The median of the reference layer's times in the probes before and after the rounds
     /// kept (of every round when none was quiet): the machine's speed while the points were
@@ -303,8 +306,19 @@ pub fn gated_rounds<B, E>(
     } else {
         all_probes
     };
+    // A slow phase only ever adds time, so the fastest repetition is taken over every round
+    // measured, the discarded ones too: more chances to catch the machine quiet.
+    let times = match (quiet, all) {
+        (Some(mut kept), Some(every)) => {
+            for (k, e) in kept.iter_mut().zip(&every) {
+                k.least_ms = e.least_ms;
+            }
+            kept
+        }
+        (quiet, all) => quiet.or(all).unwrap_or_default(),
+    };
     Ok(Rounds {
-        times: quiet.or(all).unwrap_or_default(),
+        times,
         probe_ms: (!probes.is_empty()).then(|| tandem_runtime::profile::median(&mut probes)),
     })
 }
@@ -392,6 +406,46 @@ mod tests {
         assert_eq!(times[0].reps, 2, "two quiet rounds kept");
         assert_eq!(stats.discarded, 1, "{stats:?}");
         assert_eq!(stats.noisy, 0);
+    }
+
+    #[test]
+    fn the_fastest_repetition_counts_every_round_the_discarded_ones_too() {
+        // As in the test above the second round falls in a slow phase and is discarded; its
+        // median is slow but one of its repetitions caught a fast moment.
+        let mut g = QuietGate::new(0.06, Duration::from_secs(5));
+        let mut stats = GateStats::default();
+        let mut probes = 0usize;
+        let slow = |p: usize| (CALIBRATION + 2..CALIBRATION + 4).contains(&p);
+        let timing = |median_ms, least_ms| Timing {
+            median_ms,
+            least_ms,
+            reps: 3,
+        };
+        let rounds = gated_rounds(
+            &mut probes,
+            &mut g,
+            2,
+            &MeasureOptions::default(),
+            &mut stats,
+            |p, _| {
+                Ok::<_, ()>(if slow(*p) {
+                    vec![timing(3.0, 0.8), timing(6.0, 2.5)]
+                } else {
+                    vec![timing(1.0, 0.9), timing(2.0, 1.9)]
+                })
+            },
+            |p| {
+                *p += 1;
+                Ok(vec![if slow(*p - 1) { 1.5 } else { 1.0 }])
+            },
+        )
+        .expect("the fake bench never fails");
+        assert_eq!(stats.discarded, 1, "{stats:?}");
+        assert_eq!(
+            rounds.times,
+            [timing(1.0, 0.8), timing(2.0, 1.9)].map(|t| Timing { reps: 6, ..t }),
+            "medians and repetitions of the kept rounds, the fastest repetition of all"
+        );
     }
 
     #[test]
