@@ -368,34 +368,48 @@ mod tests {
         assert!(!g.record(&[1.02]));
     }
 
-    #[test]
-    fn rounds_in_a_slow_phase_are_discarded_and_remeasured() {
-        // The machine: quiet (probe 1.0) while the gate calibrates and for its first probe,
-        // slow (1.5) for the next two probes, quiet after.
+    /// Two gated rounds of a fake bench (probes 1.0 quiet, 1.5 slow) whose probes numbered
+    /// `slow` (counted from 0, calibration included) fall in a slow phase; a round measures
+    /// `slow_round` when its first probe was slow, `quiet_round` otherwise.
+    fn two_rounds_with_a_slow_phase(
+        slow: std::ops::Range<usize>,
+        quiet_round: Vec<Timing>,
+        slow_round: Vec<Timing>,
+    ) -> (Rounds, GateStats) {
         let mut g = QuietGate::new(0.06, Duration::from_secs(5));
         let mut stats = GateStats::default();
-        // The bench: probes taken so far; a round measures 2 points, 3x slower when slow.
         let mut probes = 0usize;
-        let slow = |p: usize| (CALIBRATION..CALIBRATION + 2).contains(&p);
-        let times = gated_rounds(
+        let rounds = gated_rounds(
             &mut probes,
             &mut g,
             2,
             &MeasureOptions::default(),
             &mut stats,
             |p, _| {
-                Ok::<_, ()>(if slow(*p) {
-                    vec![t(3.0), t(6.0)]
+                Ok::<_, ()>(if slow.contains(p) {
+                    slow_round.clone()
                 } else {
-                    vec![t(1.0), t(2.0)]
+                    quiet_round.clone()
                 })
             },
             |p| {
                 *p += 1;
-                Ok(vec![if slow(*p - 1) { 1.5 } else { 1.0 }])
+                Ok(vec![if slow.contains(&(*p - 1)) { 1.5 } else { 1.0 }])
             },
         )
         .expect("the fake bench never fails");
+        (rounds, stats)
+    }
+
+    #[test]
+    fn rounds_in_a_slow_phase_are_discarded_and_remeasured() {
+        // The machine: quiet while the gate calibrates and for its first probe, slow for the
+        // next two probes, quiet after; a round measures 2 points, 3x slower when slow.
+        let (times, stats) = two_rounds_with_a_slow_phase(
+            CALIBRATION..CALIBRATION + 2,
+            vec![t(1.0), t(2.0)],
+            vec![t(3.0), t(6.0)],
+        );
         // The probes around the two quiet rounds ran at the quiet speed.
         assert_eq!(times.probe_ms, Some(1.0));
         let times = times.times;
@@ -410,36 +424,18 @@ mod tests {
 
     #[test]
     fn the_fastest_repetition_counts_every_round_the_discarded_ones_too() {
-        // As in the test above the second round falls in a slow phase and is discarded; its
-        // median is slow but one of its repetitions caught a fast moment.
-        let mut g = QuietGate::new(0.06, Duration::from_secs(5));
-        let mut stats = GateStats::default();
-        let mut probes = 0usize;
-        let slow = |p: usize| (CALIBRATION + 2..CALIBRATION + 4).contains(&p);
+        // The second round falls in a slow phase and is discarded; its median is slow but one
+        // of its repetitions caught a fast moment.
         let timing = |median_ms, least_ms| Timing {
             median_ms,
             least_ms,
             reps: 3,
         };
-        let rounds = gated_rounds(
-            &mut probes,
-            &mut g,
-            2,
-            &MeasureOptions::default(),
-            &mut stats,
-            |p, _| {
-                Ok::<_, ()>(if slow(*p) {
-                    vec![timing(3.0, 0.8), timing(6.0, 2.5)]
-                } else {
-                    vec![timing(1.0, 0.9), timing(2.0, 1.9)]
-                })
-            },
-            |p| {
-                *p += 1;
-                Ok(vec![if slow(*p - 1) { 1.5 } else { 1.0 }])
-            },
-        )
-        .expect("the fake bench never fails");
+        let (rounds, stats) = two_rounds_with_a_slow_phase(
+            CALIBRATION + 2..CALIBRATION + 4,
+            vec![timing(1.0, 0.9), timing(2.0, 1.9)],
+            vec![timing(3.0, 0.8), timing(6.0, 2.5)],
+        );
         assert_eq!(stats.discarded, 1, "{stats:?}");
         assert_eq!(
             rounds.times,
