@@ -96,6 +96,14 @@ pub struct ProfileArgs {
     /// so are the models' smaller layers.
     #[arg(long, default_value_t = 0.0, value_name = "MB")]
     pub min_mb: f64,
+    /// Measure only layers whose working set is at most this many MB: more data where a
+    /// layer's latency repeats from one session to the next. Over about 8 MB a layer's data
+    /// competes with other tenants for the shared L3, and on a shared host its latency then
+    /// changes with theirs (`docs/evaluation.md`). Draws above it are skipped (the draws
+    /// below it are those of a run without this option), and so are the models' larger
+    /// layers. 0: no bound.
+    #[arg(long, default_value_t = 0.0, value_name = "MB")]
+    pub max_mb: f64,
     /// Timed repetitions per point at least (after 2 warm-up runs; more for short points).
     #[arg(long, default_value_t = 7)]
     pub reps: usize,
@@ -381,9 +389,15 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
             args.sync_gate
         );
     }
-    if !(args.min_mb >= 0.0 && args.min_mb.is_finite()) {
+    for (option, mb, example) in [("--min-mb", args.min_mb, 16), ("--max-mb", args.max_mb, 8)] {
+        if !(mb >= 0.0 && mb.is_finite()) {
+            bail!("{option}: {mb} is not a size in MB; give e.g. {example}");
+        }
+    }
+    if args.max_mb > 0.0 && args.max_mb < args.min_mb {
         bail!(
-            "--min-mb: {} is not a size in MB; give e.g. 16",
+            "--max-mb {} is below --min-mb {}: no layer can pass both",
+            args.max_mb,
             args.min_mb
         );
     }
@@ -426,23 +440,32 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     let mut profiler = Profiler::open(!args.no_pin).context(
         "tandem profile needs an OpenCL device with fine-grained SVM (pocl-opencl-icd here)",
     )?;
-    let min_bytes = args.min_mb * MB;
+    let (min_bytes, max_bytes) = (
+        args.min_mb * MB,
+        if args.max_mb > 0.0 {
+            args.max_mb * MB
+        } else {
+            f64::INFINITY
+        },
+    );
     let focused = |l: &Layer| {
+        let bytes = measure::working_set_bytes(l) as f64;
         (args.focus.is_empty()
             || measure::whole_layer_executors(l, profiler.device(), &args.threads)
                 .iter()
                 .any(|e| args.focus.contains(e)))
-            && measure::working_set_bytes(l) as f64 >= min_bytes
+            && (min_bytes..=max_bytes).contains(&bytes)
     };
     let mut model_layers = model_layers(&models, ops.contains(&OpKind::GroupedConv))?;
     model_layers.retain(|l| focused(l));
     let random =
         measure::random_layers_where(&ops, args.samples, args.seed, &limits, |l| focused(l));
     let configs = measure::schedule(&model_layers, &random, &ops, &limits);
-    if configs.is_empty() && args.samples > 0 && (!args.focus.is_empty() || args.min_mb > 0.0) {
+    let sized = args.min_mb > 0.0 || args.max_mb > 0.0;
+    if configs.is_empty() && args.samples > 0 && (!args.focus.is_empty() || sized) {
         bail!(
-            "no layer of --ops {} within --max-mflops {} passes --focus {} and --min-mb {} \
-             ({} random draws tried): widen the filters",
+            "no layer of --ops {} within --max-mflops {} passes --focus {}, --min-mb {} and \
+             --max-mb {} ({} random draws tried): widen the filters",
             args.ops.join(","),
             args.max_mflops,
             if args.focus.is_empty() {
@@ -451,6 +474,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
                 args.focus.join(",")
             },
             args.min_mb,
+            args.max_mb,
             args.samples * 1000
         );
     }

@@ -172,6 +172,72 @@ fn profile_refuses_filters_that_leave_nothing_to_measure() {
     assert!(!out.exists(), "nothing measured");
 }
 
+/// `--min-mb` and `--max-mb` bound the working set of every layer measured, and a `--max-mb`
+/// below `--min-mb` is refused before anything is measured.
+#[test]
+fn profile_measures_only_layers_within_the_working_set_bounds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("d.csv");
+    let profile = |bounds: &[&str]| {
+        tandem()
+            .args(["profile", "--out"])
+            .arg(&out)
+            .args([
+                "--ops",
+                "dwconv,linear",
+                "--models",
+                "none",
+                "--samples",
+                "6",
+            ])
+            .args(["--max-mflops", "5", "--points", "1", "--reps", "1"])
+            .args([
+                "--target-ms",
+                "0",
+                "--rounds",
+                "1",
+                "--quiet-gate",
+                "0",
+                "--no-pin",
+            ])
+            .args(bounds)
+            .output()
+            .expect("runs")
+    };
+    let (min_mb, max_mb) = (0.05, 0.25);
+    let run = profile(&["--min-mb", "0.05", "--max-mb", "0.25"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let rows = tandem_predictors::dataset::read_measurements(&out).expect("dataset");
+    assert!(!rows.is_empty(), "nothing measured");
+    for row in &rows {
+        let mb =
+            tandem_predictors::measure::working_set_bytes(&row.layer) as f64 / (1 << 20) as f64;
+        assert!(
+            (min_mb..=max_mb).contains(&mb),
+            "{} streams {mb:.3} MB",
+            row.config
+        );
+    }
+    let other = dir.path().join("e.csv");
+    let refused = tandem()
+        .args(["profile", "--out"])
+        .arg(&other)
+        .args(["--models", "none", "--min-mb", "16", "--max-mb", "8"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "accepted: {stderr}");
+    assert!(
+        stderr.contains("--max-mb 8") && stderr.contains("--min-mb 16"),
+        "{stderr}"
+    );
+    assert!(!other.exists(), "nothing measured");
+}
+
 /// `tandem profile` records this host's processor signature beside the dataset and refuses to
 /// resume a dataset whose description records another host, naming both, leaving it as it was.
 #[test]
