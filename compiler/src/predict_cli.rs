@@ -14,14 +14,11 @@ use tandem_predictors::bundle::{Accuracy, ProbeSpeed};
 use tandem_predictors::dataset::{self, Row};
 use tandem_predictors::eval::{self, accuracies_json, evaluate, pooled, repeatability, to_json};
 use tandem_predictors::features::{Layer, OpKind};
-use tandem_predictors::measure::{self, progress_line, Limits, Plan};
+use tandem_predictors::measure::{self, progress_line, Limits, Plan, SizeBounds};
 use tandem_predictors::Profile;
 use tandem_predictors::{calibrate, corun};
 use tandem_runtime::gpu::device::DeviceInfo;
 use tandem_runtime::profile::{cpu_description, host_signature, LayerOp, MeasureOptions, Profiler};
-
-/// Bytes in the MB of the command-line options (MiB).
-const MB: f64 = (1u64 << 20) as f64;
 
 /// `tandem profile`: measure layers on this machine's CPU and OpenCL device.
 #[derive(Args, Debug, Clone)]
@@ -241,6 +238,15 @@ pub struct EvalArgs {
     /// lie.
     #[arg(long, value_name = "POINTS.csv")]
     pub points: Option<PathBuf>,
+    /// Score only the points of layers whose working set (input and output activations and
+    /// weights) is at least this many MB.
+    #[arg(long, default_value_t = 0.0, value_name = "MB")]
+    pub min_mb: f64,
+    /// Score only the points of layers whose working set is at most this many MB (0: no
+    /// bound): e.g. 8 for the layers whose latency does not follow what other tenants of a
+    /// shared host leave of the L3 (`docs/evaluation.md`).
+    #[arg(long, default_value_t = 0.0, value_name = "MB")]
+    pub max_mb: f64,
 }
 
 /// `tandem calibrate`: per-executor factors from a recent measurement.
@@ -389,18 +395,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
             args.sync_gate
         );
     }
-    for (option, mb, example) in [("--min-mb", args.min_mb, 16), ("--max-mb", args.max_mb, 8)] {
-        if !(mb >= 0.0 && mb.is_finite()) {
-            bail!("{option}: {mb} is not a size in MB; give e.g. {example}");
-        }
-    }
-    if args.max_mb > 0.0 && args.max_mb < args.min_mb {
-        bail!(
-            "--max-mb {} is below --min-mb {}: no layer can pass both",
-            args.max_mb,
-            args.min_mb
-        );
-    }
+    let sizes = SizeBounds::new(args.min_mb, args.max_mb).map_err(anyhow::Error::msg)?;
     let models = match args.models.as_slice() {
         [] => default_models(),
         [one] if one.as_os_str() == "none" => vec![],
@@ -440,29 +435,19 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     let mut profiler = Profiler::open(!args.no_pin).context(
         "tandem profile needs an OpenCL device with fine-grained SVM (pocl-opencl-icd here)",
     )?;
-    let (min_bytes, max_bytes) = (
-        args.min_mb * MB,
-        if args.max_mb > 0.0 {
-            args.max_mb * MB
-        } else {
-            f64::INFINITY
-        },
-    );
     let focused = |l: &Layer| {
-        let bytes = measure::working_set_bytes(l) as f64;
         (args.focus.is_empty()
             || measure::whole_layer_executors(l, profiler.device(), &args.threads)
                 .iter()
                 .any(|e| args.focus.contains(e)))
-            && (min_bytes..=max_bytes).contains(&bytes)
+            && sizes.contains(l)
     };
     let mut model_layers = model_layers(&models, ops.contains(&OpKind::GroupedConv))?;
     model_layers.retain(|l| focused(l));
     let random =
         measure::random_layers_where(&ops, args.samples, args.seed, &limits, |l| focused(l));
     let configs = measure::schedule(&model_layers, &random, &ops, &limits);
-    let sized = args.min_mb > 0.0 || args.max_mb > 0.0;
-    if configs.is_empty() && args.samples > 0 && (!args.focus.is_empty() || sized) {
+    if configs.is_empty() && args.samples > 0 && (!args.focus.is_empty() || sizes.is_bounded()) {
         bail!(
             "no layer of --ops {} within --max-mflops {} passes --focus {}, --min-mb {} and \
              --max-mb {} ({} random draws tried): widen the filters",
@@ -942,11 +927,12 @@ fn cpu_rows_of(
 
 /// Runs `tandem eval`.
 pub fn eval(args: &EvalArgs) -> Result<()> {
+    let sizes = SizeBounds::new(args.min_mb, args.max_mb).map_err(anyhow::Error::msg)?;
     let profile = Profile::load(&args.profile)?;
     let latency = profile.provenance.latency;
     let measurements = dataset::read_measurements(&args.dataset)?;
     let stored = measurements.len();
-    let rows =
+    let mut rows =
         dataset::with_latency(dataset::pool_repeats(measurements), latency, &args.dataset)
             .with_context(|| format!("{} predicts fastest repetitions", args.profile.display()))?;
     if stored > rows.len() {
@@ -959,6 +945,27 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
                 dataset::Latency::Least => "the fastest repetition of them all",
             }
         );
+    }
+    if sizes.is_bounded() {
+        let all = rows.len();
+        rows.retain(|r| sizes.contains(&r.layer));
+        eprintln!(
+            "scoring the {} of {all} points whose layer's working set lies within --min-mb {} \
+             and --max-mb {}",
+            rows.len(),
+            args.min_mb,
+            if args.max_mb > 0.0 {
+                args.max_mb.to_string()
+            } else {
+                "(none)".into()
+            }
+        );
+        if rows.is_empty() {
+            bail!(
+                "no point of {} lies within the working-set bounds",
+                args.dataset.display()
+            );
+        }
     }
     let device = profile.device().label();
     if let Some(r) = rows.iter().find(|r| r.device != device) {

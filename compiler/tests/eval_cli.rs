@@ -345,6 +345,72 @@ fn a_dataset_measured_in_passes_is_scored_by_its_pooled_points() {
     }
 }
 
+/// `--min-mb` / `--max-mb` score exactly the points of layers within those working-set bounds,
+/// as the library scores them; bounds no layer can meet, or that leave no point, are errors.
+#[test]
+fn eval_scores_only_the_points_within_the_working_set_bounds() {
+    use tandem_predictors::measure::SizeBounds;
+    let profile_path = profiles().join("pocl-1core-epyc-zen4.profile");
+    let data_path = profiles().join("pocl-1core-epyc-zen4.fresh12.csv.gz");
+    let profile = Profile::load(&profile_path).expect("profile");
+    let rows = dataset::with_latency(
+        dataset::read(&data_path).expect("dataset"),
+        profile.provenance.latency,
+        &data_path,
+    )
+    .expect("fastest repetitions");
+    for (min, max) in [("0", "8"), ("8", "0")] {
+        let out = tandem_ok(&[
+            "eval",
+            profile_path.to_str().expect("path"),
+            data_path.to_str().expect("path"),
+            "--json",
+            "--min-mb",
+            min,
+            "--max-mb",
+            max,
+        ]);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let sizes =
+            SizeBounds::new(min.parse().expect("mb"), max.parse().expect("mb")).expect("bounds");
+        let within: Vec<_> = rows
+            .iter()
+            .filter(|r| sizes.contains(&r.layer))
+            .cloned()
+            .collect();
+        assert!(
+            within.len() > 100 && within.len() < rows.len(),
+            "{min}–{max} MB"
+        );
+        let expected = evaluate(&profile, &within);
+        assert_eq!(
+            json["overall"]["n"].as_u64(),
+            Some(within.len() as u64),
+            "{min}–{max} MB"
+        );
+        for (name, acc) in &expected.executors {
+            let j = &json["executors"][name];
+            assert_eq!(j["n"].as_u64(), Some(acc.n as u64), "{name}");
+            assert!((j["mape"].as_f64().expect("mape") - acc.mape).abs() < 1e-9);
+        }
+        assert!(String::from_utf8_lossy(&out.stderr).contains("working set"));
+    }
+    for (bounds, says) in [
+        (["--min-mb", "16", "--max-mb", "8"], "below --min-mb"),
+        (["--min-mb", "100000", "--max-mb", "0"], "no point"),
+    ] {
+        let mut args = vec![
+            "eval",
+            profile_path.to_str().expect("path"),
+            data_path.to_str().expect("path"),
+        ];
+        args.extend(bounds);
+        let out = tandem_with(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{stderr}");
+    }
+}
+
 fn eval_json(profile: &Path, data: &Path) -> serde_json::Value {
     let out = tandem_ok(&[
         OsStr::new("eval"),

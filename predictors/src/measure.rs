@@ -162,6 +162,47 @@ pub fn working_set_bytes(l: &Layer) -> usize {
     4 * (activations + cost(l).1)
 }
 
+/// Bounds on a layer's working set ([`working_set_bytes`]), in MB (2^20 bytes): `tandem profile
+/// --min-mb/--max-mb` measures only the layers within them, `tandem eval` scores only those.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SizeBounds {
+    pub min_mb: f64,
+    /// `None`: no upper bound.
+    pub max_mb: Option<f64>,
+}
+
+impl SizeBounds {
+    /// Bounds from the two options (`max_mb` 0: none); an error names the option whose value
+    /// is not a size, or says that no layer can lie within them.
+    pub fn new(min_mb: f64, max_mb: f64) -> Result<SizeBounds, String> {
+        for (option, mb, example) in [("--min-mb", min_mb, 16), ("--max-mb", max_mb, 8)] {
+            if !(mb >= 0.0 && mb.is_finite()) {
+                return Err(format!(
+                    "{option}: {mb} is not a size in MB; give e.g. {example}"
+                ));
+            }
+        }
+        let max_mb = (max_mb > 0.0).then_some(max_mb);
+        if let Some(max) = max_mb.filter(|&max| max < min_mb) {
+            return Err(format!(
+                "--max-mb {max} is below --min-mb {min_mb}: no layer can pass both"
+            ));
+        }
+        Ok(SizeBounds { min_mb, max_mb })
+    }
+
+    /// Whether either bound is set.
+    pub fn is_bounded(&self) -> bool {
+        self.min_mb > 0.0 || self.max_mb.is_some()
+    }
+
+    /// Whether `l`'s working set lies within the bounds (both included).
+    pub fn contains(&self, l: &Layer) -> bool {
+        let mb = working_set_bytes(l) as f64 / (1u64 << 20) as f64;
+        mb >= self.min_mb && self.max_mb.is_none_or(|max| mb <= max)
+    }
+}
+
 fn fits(l: &Layer, limits: &Limits) -> bool {
     let (f, w) = cost(l);
     f <= limits.max_flops && w <= limits.max_weights && l.cout > 0 && l.oh > 0 && l.ow > 0
@@ -728,6 +769,32 @@ mod tests {
 
     fn depthwise(h: usize, c: usize) -> Layer {
         spatial(OpKind::Depthwise, h, h, c, c, 3, 1)
+    }
+
+    #[test]
+    fn size_bounds_hold_layers_by_working_set_and_refuse_what_no_layer_passes() {
+        // 64x64x256 in and out: 8 MB of activations and 9 KB of weights.
+        let layer = depthwise(64, 256);
+        let mb = working_set_bytes(&layer) as f64 / (1u64 << 20) as f64;
+        assert!(mb > 8.0 && mb < 8.01, "{mb}");
+        let within = |min: f64, max: f64| SizeBounds::new(min, max).unwrap().contains(&layer);
+        assert!(within(0.0, 0.0) && within(8.0, 0.0) && within(0.0, 8.01) && within(mb, mb));
+        assert!(!within(8.01, 0.0) && !within(0.0, 8.0));
+        assert!(!SizeBounds::new(0.0, 0.0).unwrap().is_bounded());
+        assert!(SizeBounds::new(0.0, 8.0).unwrap().is_bounded());
+        let err = SizeBounds::new(16.0, 8.0).unwrap_err();
+        assert!(
+            err.contains("--max-mb 8") && err.contains("--min-mb 16"),
+            "{err}"
+        );
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            assert!(SizeBounds::new(bad, 0.0)
+                .unwrap_err()
+                .starts_with("--min-mb"));
+            assert!(SizeBounds::new(0.0, bad)
+                .unwrap_err()
+                .starts_with("--max-mb"));
+        }
     }
 
     #[test]
