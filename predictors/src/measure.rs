@@ -777,12 +777,13 @@ mod tests {
         let layer = depthwise(64, 256);
         let mb = working_set_bytes(&layer) as f64 / (1u64 << 20) as f64;
         assert!(mb > 8.0 && mb < 8.01, "{mb}");
-        let within = |min: f64, max: f64| SizeBounds::new(min, max).unwrap().contains(&layer);
+        let within =
+            |min: f64, max: f64| SizeBounds::new(min, max).expect("bounds").contains(&layer);
         assert!(within(0.0, 0.0) && within(8.0, 0.0) && within(0.0, 8.01) && within(mb, mb));
         assert!(!within(8.01, 0.0) && !within(0.0, 8.0));
-        assert!(!SizeBounds::new(0.0, 0.0).unwrap().is_bounded());
-        assert!(SizeBounds::new(0.0, 8.0).unwrap().is_bounded());
-        let err = SizeBounds::new(16.0, 8.0).unwrap_err();
+        assert!(!SizeBounds::new(0.0, 0.0).expect("bounds").is_bounded());
+        assert!(SizeBounds::new(0.0, 8.0).expect("bounds").is_bounded());
+        let err = SizeBounds::new(16.0, 8.0).expect_err("no layer passes");
         assert!(
             err.contains("--max-mb 8") && err.contains("--min-mb 16"),
             "{err}"
