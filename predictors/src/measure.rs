@@ -790,10 +790,10 @@ mod tests {
         );
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
             assert!(SizeBounds::new(bad, 0.0)
-                .unwrap_err()
+                .expect_err("bad")
                 .starts_with("--min-mb"));
             assert!(SizeBounds::new(0.0, bad)
-                .unwrap_err()
+                .expect_err("bad")
                 .starts_with("--max-mb"));
         }
     }
