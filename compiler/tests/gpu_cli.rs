@@ -5,6 +5,22 @@ use std::path::Path;
 use std::process::Command;
 use tandem_runtime::gpu::device::GpuDevice;
 
+/// `tandem profile` options for a run that only has to work, not to measure well: one point per
+/// executor, one repetition, one round, no quiet gate, no pinning.
+const QUICK_PROFILE: [&str; 11] = [
+    "--points",
+    "1",
+    "--reps",
+    "1",
+    "--target-ms",
+    "0",
+    "--rounds",
+    "1",
+    "--quiet-gate",
+    "0",
+    "--no-pin",
+];
+
 fn tandem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tandem"))
 }
@@ -155,20 +171,28 @@ fn auto_depthwise_forms_are_in_the_plan_table_and_report() {
 /// Filters that leave no layer to measure are an error naming them, not an empty dataset.
 #[test]
 fn profile_refuses_filters_that_leave_nothing_to_measure() {
+    assert_profile_refused(
+        &["--models", "none", "--samples", "3", "--min-mb", "100000"],
+        &["--min-mb 100000", "widen the filters"],
+    );
+}
+
+/// Asserts that `tandem profile --out D.csv ARGS` fails with an error saying every one of
+/// `says`, before it writes anything.
+fn assert_profile_refused(args: &[&str], says: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("d.csv");
     let run = tandem()
         .args(["profile", "--out"])
         .arg(&out)
-        .args(["--models", "none", "--samples", "3", "--min-mb", "100000"])
+        .args(args)
         .output()
         .expect("tandem runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success(), "accepted: {stderr}");
-    assert!(
-        stderr.contains("--min-mb 100000") && stderr.contains("widen the filters"),
-        "{stderr}"
-    );
+    for said in says {
+        assert!(stderr.contains(said), "no '{said}' in: {stderr}");
+    }
     assert!(!out.exists(), "nothing measured");
 }
 
@@ -190,16 +214,8 @@ fn profile_measures_only_layers_within_the_working_set_bounds() {
                 "--samples",
                 "6",
             ])
-            .args(["--max-mflops", "5", "--points", "1", "--reps", "1"])
-            .args([
-                "--target-ms",
-                "0",
-                "--rounds",
-                "1",
-                "--quiet-gate",
-                "0",
-                "--no-pin",
-            ])
+            .args(["--max-mflops", "5"])
+            .args(QUICK_PROFILE)
             .args(bounds)
             .output()
             .expect("runs")
@@ -222,20 +238,10 @@ fn profile_measures_only_layers_within_the_working_set_bounds() {
             row.config
         );
     }
-    let other = dir.path().join("e.csv");
-    let refused = tandem()
-        .args(["profile", "--out"])
-        .arg(&other)
-        .args(["--models", "none", "--min-mb", "16", "--max-mb", "8"])
-        .output()
-        .expect("runs");
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success(), "accepted: {stderr}");
-    assert!(
-        stderr.contains("--max-mb 8") && stderr.contains("--min-mb 16"),
-        "{stderr}"
+    assert_profile_refused(
+        &["--models", "none", "--min-mb", "16", "--max-mb", "8"],
+        &["--max-mb 8", "--min-mb 16"],
     );
-    assert!(!other.exists(), "nothing measured");
 }
 
 /// `tandem profile` records this host's processor signature beside the dataset and refuses to
@@ -250,16 +256,8 @@ fn profile_records_the_host_and_refuses_to_resume_another_hosts_dataset() {
             .args(["profile", "--out"])
             .arg(&out)
             .args(["--ops", "linear", "--models", "none", "--samples", "2"])
-            .args(["--max-mflops", "1", "--points", "1", "--reps", "1"])
-            .args([
-                "--target-ms",
-                "0",
-                "--rounds",
-                "1",
-                "--quiet-gate",
-                "0",
-                "--no-pin",
-            ])
+            .args(["--max-mflops", "1"])
+            .args(QUICK_PROFILE)
             .output()
             .expect("runs")
     };
@@ -306,15 +304,7 @@ fn profile_corun_measures_splits_side_by_side_and_resumes() {
             .arg(&out)
             .args(["--ops", "conv,dwconv,linear", "--models", "none"])
             .args(["--samples", "12", "--max-mflops", "4", "--seed", "5"])
-            .args([
-                "--reps",
-                "1",
-                "--target-ms",
-                "0",
-                "--rounds",
-                "1",
-                "--no-pin",
-            ])
+            .args(QUICK_PROFILE)
             .output()
             .expect("runs")
     };
