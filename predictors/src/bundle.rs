@@ -121,6 +121,10 @@ pub struct Executor {
     pub features: Vec<String>,
     /// Whether the GPU dispatch features are part of `features`.
     pub dispatch_features: bool,
+    /// Whether the kernel's loop-trip counts follow the dispatch features in `features`
+    /// ([`features::kernel_count_names`]; false in profiles trained before them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kernel_counts: bool,
     /// LightGBM parameters the forest was trained with (from the search).
     pub params: BTreeMap<String, serde_json::Value>,
     pub forest: Forest,
@@ -155,10 +159,10 @@ impl Executor {
     /// This executor followed by a correction trained on its residuals (`baseline` and
     /// `forest` fit to `ln(ms) − predict_log_ms(x)`): one executor predicting
     /// `exp(predict_log_ms(x) + baseline(x) + forest(x))`, with unit scale. `None` when the
-    /// correction reads rows of another length.
+    /// correction reads rows of another length, or both carry an additive cost model.
     pub fn corrected_by(&self, baseline: &Baseline, forest: &Forest) -> Option<(Baseline, Forest)> {
         Some((
-            self.baseline.plus(baseline, self.scale.ln()),
+            self.baseline.plus(baseline, self.scale.ln())?,
             self.forest.followed_by(forest)?,
         ))
     }
@@ -251,7 +255,11 @@ impl Profile {
                     e.features.len()
                 ));
             }
-            let expected = features::feature_names(name, e.dispatch_features);
+            let mut expected = features::feature_names(name, e.dispatch_features);
+            if e.dispatch_features && !e.kernel_counts {
+                let counts = features::kernel_count_names(name).len();
+                expected.truncate(expected.len() - counts);
+            }
             if e.features != expected {
                 return Err(format!(
                     "executors.{name}.features: {:?}, this tandem computes {:?} (a profile \

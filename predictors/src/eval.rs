@@ -156,7 +156,7 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
             continue;
         };
         let x = row_features(r, e.dispatch_features);
-        let p = e.predict_ms(&x);
+        let p = e.predict_ms(&x[..e.features.len().min(x.len())]);
         predicted.push(Some(p));
         let entry = pairs.entry(r.executor.clone()).or_default();
         entry.0.push(p);

@@ -17,13 +17,14 @@
 //! read [`GROUP_FEATURES`] after the op features ([`group_features`]).
 
 use crate::dataset::{DispatchRecord, Row};
+use crate::kernel_counts;
 use tandem_runtime::cpu::conv::{self, ConvParams, ConvPath};
 use tandem_runtime::cpu::depthwise::DepthwiseParams;
 use tandem_runtime::cpu::fully_connected::FullyConnectedParams;
 use tandem_runtime::cpu::packed_gemm::{KC, NR};
 use tandem_runtime::cpu::Activation;
 use tandem_runtime::gpu::device::DeviceInfo;
-use tandem_runtime::gpu::dispatch::{dispatch, Dispatch};
+use tandem_runtime::gpu::dispatch::{dispatch, Dispatch, Variant};
 use tandem_runtime::profile::LayerOp;
 
 /// The kinds of splittable layers.
@@ -375,7 +376,40 @@ pub fn is_cpu(executor: &str) -> bool {
     executor.starts_with("cpu_")
 }
 
-/// The feature names of an executor's model (`dispatch`: with the GPU dispatch features).
+/// The GPU kernel variant a GPU executor models, [`gpu_executor`]'s inverse (`conv_grouped`
+/// runs `conv_generic`'s kernel); `None` for the CPU executors.
+pub fn executor_variant(executor: &str) -> Option<Variant> {
+    Variant::ALL.into_iter().find(|&v| {
+        gpu_executor(OpKind::Conv, v) == executor
+            || gpu_executor(OpKind::GroupedConv, v) == executor
+    })
+}
+
+/// The names of the kernel's loop-trip counts a GPU executor's model reads after the dispatch
+/// features ([`crate::kernel_counts`]); empty for the CPU executors. Profiles trained before
+/// them read the features before them only (`Executor::kernel_counts`).
+pub fn kernel_count_names(executor: &str) -> &'static [&'static str] {
+    executor_variant(executor).map_or(&[], crate::kernel_counts::names)
+}
+
+/// The columns of an executor's features ([`feature_names`] order) that its additive cost
+/// model regresses on ([`crate::forest::Additive`]): the kernel's loop-trip counts and the
+/// bytes the part moves. Empty for an executor without counts, and without the dispatch
+/// features (the counts follow from the dispatch decision).
+pub fn additive_columns(executor: &str, with_dispatch: bool) -> Vec<usize> {
+    let counts = kernel_count_names(executor);
+    if !with_dispatch || counts.is_empty() {
+        return Vec::new();
+    }
+    let names = feature_names(executor, true);
+    std::iter::once("part_bytes")
+        .chain(counts.iter().copied())
+        .filter_map(|f| names.iter().position(|n| n == f))
+        .collect()
+}
+
+/// The feature names of an executor's model (`dispatch`: with the GPU dispatch features and
+/// the kernel's loop-trip counts after them).
 pub fn feature_names(executor: &str, with_dispatch: bool) -> Vec<String> {
     let mut names: Vec<String> = OP_FEATURES.iter().map(|s| s.to_string()).collect();
     if is_grouped(executor) {
@@ -389,6 +423,7 @@ pub fn feature_names(executor: &str, with_dispatch: bool) -> Vec<String> {
     }
     if !is_cpu(executor) && with_dispatch {
         names.extend(DISPATCH_FEATURES.iter().map(|s| s.to_string()));
+        names.extend(kernel_count_names(executor).iter().map(|s| s.to_string()));
     }
     names
 }
@@ -407,6 +442,15 @@ pub fn row_features(row: &Row, with_dispatch: bool) -> Vec<f64> {
     }
     if !is_cpu(&row.executor) && with_dispatch {
         f.extend(dispatch_features(&row.dispatch, row.c0, row.c1));
+        if let Some(v) = executor_variant(&row.executor) {
+            f.extend(kernel_counts::counts(
+                &row.layer,
+                v,
+                row.dispatch.block,
+                row.c0,
+                row.c1,
+            ));
+        }
     }
     f
 }
@@ -423,6 +467,13 @@ pub fn gpu_features(layer: &Layer, g: usize, device: &DeviceInfo) -> (Dispatch, 
         f.extend(group_features(layer));
     }
     f.extend(dispatch_features(&record(&d), range.start, range.end));
+    f.extend(kernel_counts::counts(
+        layer,
+        d.variant,
+        d.block,
+        range.start,
+        range.end,
+    ));
     (d, f)
 }
 

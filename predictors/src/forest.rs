@@ -520,14 +520,84 @@ impl Forest {
     }
 }
 
-/// A log-linear baseline the forest corrects: `c0 + Σ ci · ln(1 + x[col_i])`, fitted by least
-/// squares on the log latency. Trees cannot extrapolate; the baseline carries the trend in
-/// FLOPs, bytes and work groups, so the forest only learns the (white-box) deviations.
+/// The baseline the forest corrects: `c0 + Σ ci · ln(1 + x[col_i])`, fitted by least squares
+/// on the log latency, plus, for the GPU executors, the log of an additive cost model over the
+/// kernel's loop-trip counts ([`Additive`]). Trees cannot extrapolate; the baseline carries the
+/// trend in FLOPs, bytes and work, so the forest only learns the (white-box) deviations.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Baseline {
     pub cols: Vec<usize>,
     /// Intercept, then one coefficient per column.
     pub coef: Vec<f64>,
+    /// An additive cost model under the log-linear terms (absent in profiles trained before
+    /// it, and for the CPU executors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additive: Option<Additive>,
+}
+
+/// An additive cost model: `a0 + Σ aj · x[col_j]` milliseconds, every `a ≥ 0` (each count a
+/// kernel executes costs time), fitted by non-negative least squares on the relative error
+/// ([`crate::nnls`]). The GPU executors' columns are their kernel's loop-trip counts and the
+/// bytes the part moves ([`crate::kernel_counts`], [`crate::features::additive_columns`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Additive {
+    pub cols: Vec<usize>,
+    /// Intercept (the launch's fixed cost), then one cost per unit of each column, in ms.
+    pub coef: Vec<f64>,
+}
+
+impl Additive {
+    /// The least latency the model predicts, ms (a row of zero counts with a zero intercept
+    /// would otherwise have no logarithm).
+    pub const FLOOR_MS: f64 = 1e-6;
+
+    /// The modelled latency of one row, ms (at least [`Additive::FLOOR_MS`]).
+    #[inline]
+    pub fn ms(&self, x: &[f64]) -> f64 {
+        let mut s = self.coef.first().copied().unwrap_or(0.0);
+        for (c, &col) in self.coef.iter().skip(1).zip(&self.cols) {
+            s += c * x[col];
+        }
+        s.max(Self::FLOOR_MS)
+    }
+
+    /// The non-negative costs of the columns `cols` (and an intercept) that fit the latencies
+    /// `ms` of the rows `x` best in relative terms: each row is weighted by `1 / ms`, so that a
+    /// 10 µs part counts as much as a 10 ms one.
+    pub fn fit(x: &[Vec<f64>], ms: &[f64], cols: &[usize]) -> Additive {
+        let weighted: Vec<Vec<f64>> = x
+            .iter()
+            .zip(ms)
+            .map(|(row, &t)| {
+                let w = 1.0 / t.max(Self::FLOOR_MS);
+                std::iter::once(w)
+                    .chain(cols.iter().map(|&c| row[c].max(0.0) * w))
+                    .collect()
+            })
+            .collect();
+        let ones = vec![1.0; x.len()];
+        Additive {
+            cols: cols.to_vec(),
+            coef: crate::nnls::solve(&weighted, &ones),
+        }
+    }
+
+    fn check(&self, num_features: usize) -> Result<(), String> {
+        if self.coef.len() != self.cols.len() + 1 {
+            return Err("baseline.additive: coefficient count does not match its columns".into());
+        }
+        if let Some(c) = self.coef.iter().find(|c| !(c.is_finite() && **c >= 0.0)) {
+            return Err(format!(
+                "baseline.additive: cost {c} is not a non-negative number"
+            ));
+        }
+        match self.cols.iter().find(|&&c| c >= num_features) {
+            Some(c) => Err(format!(
+                "baseline.additive reads feature {c} of {num_features}"
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Baseline {
@@ -538,7 +608,19 @@ impl Baseline {
         for (c, &col) in self.coef.iter().skip(1).zip(&self.cols) {
             s += c * x[col].max(0.0).ln_1p();
         }
-        s
+        match &self.additive {
+            Some(a) => s + a.ms(x).ln(),
+            None => s,
+        }
+    }
+
+    /// The additive cost model `additive` alone (no log-linear terms).
+    pub fn of_additive(additive: Additive) -> Baseline {
+        Baseline {
+            cols: Vec::new(),
+            coef: vec![0.0],
+            additive: Some(additive),
+        }
     }
 
     /// Least squares (with a tiny ridge) of `y` on the log columns `cols` of `x`.
@@ -591,12 +673,19 @@ impl Baseline {
         Baseline {
             cols: cols.to_vec(),
             coef,
+            additive: None,
         }
     }
 
     /// The baseline whose log latency is this one's plus `other`'s plus `offset` (the union of
-    /// their columns, coefficients of a shared column added).
-    pub fn plus(&self, other: &Baseline, offset: f64) -> Baseline {
+    /// their columns, coefficients of a shared column added; the additive model of whichever
+    /// has one). `None` when both have an additive model: the log of a sum of two sums is
+    /// not a baseline of this form.
+    pub fn plus(&self, other: &Baseline, offset: f64) -> Option<Baseline> {
+        let additive = match (&self.additive, &other.additive) {
+            (Some(_), Some(_)) => return None,
+            (a, b) => a.clone().or_else(|| b.clone()),
+        };
         let mut cols = self.cols.clone();
         let mut coef = self.coef.clone();
         if coef.is_empty() {
@@ -612,13 +701,20 @@ impl Baseline {
                 }
             }
         }
-        Baseline { cols, coef }
+        Some(Baseline {
+            cols,
+            coef,
+            additive,
+        })
     }
 
     /// Checks the columns are in range for `num_features`.
     pub fn check(&self, num_features: usize) -> Result<(), String> {
         if self.coef.len() != self.cols.len() + 1 {
             return Err("baseline: coefficient count does not match its columns".into());
+        }
+        if let Some(a) = &self.additive {
+            a.check(num_features)?;
         }
         match self.cols.iter().find(|&&c| c >= num_features) {
             Some(c) => Err(format!("baseline reads feature {c} of {num_features}")),
@@ -769,12 +865,17 @@ mod tests {
         let p = Baseline {
             cols: vec![0, 2],
             coef: vec![0.5, 1.0, -0.25],
+            additive: Some(Additive {
+                cols: vec![1],
+                coef: vec![0.01, 2e-6],
+            }),
         };
         let q = Baseline {
             cols: vec![2, 1],
             coef: vec![-1.0, 0.5, 2.0],
+            additive: None,
         };
-        let pq = p.plus(&q, 0.125);
+        let pq = p.plus(&q, 0.125).expect("one additive model");
         assert_eq!(pq.cols, vec![0, 2, 1]);
         pq.check(3).expect("columns in range");
         for x in [[0.0, 0.0, 0.0], [3.0, 1e6, 7.5], [1e9, 2.0, 0.5]] {
@@ -785,10 +886,13 @@ mod tests {
         let empty = Baseline {
             cols: vec![],
             coef: vec![],
+            additive: None,
         };
         assert_eq!(
-            empty.plus(&q, 0.0).eval(&[1.0, 2.0, 3.0]),
-            q.eval(&[1.0, 2.0, 3.0])
+            empty.plus(&q, 0.0).map(|b| b.eval(&[1.0, 2.0, 3.0])),
+            Some(q.eval(&[1.0, 2.0, 3.0]))
         );
+        // Two additive models do not add up to one.
+        assert!(p.plus(&p, 0.0).is_none());
     }
 }

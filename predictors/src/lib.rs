@@ -20,7 +20,9 @@ pub mod dataset;
 pub mod eval;
 pub mod features;
 pub mod forest;
+pub mod kernel_counts;
 pub mod measure;
+pub mod nnls;
 pub mod quiet;
 pub mod speed;
 #[cfg(feature = "lightgbm")]

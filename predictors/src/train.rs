@@ -13,8 +13,10 @@
 use crate::bundle::{Accuracy, Executor, Profile, Provenance, FORMAT};
 use crate::dataset::Row;
 use crate::eval::accuracy;
-use crate::features::{feature_names, is_cpu, is_grouped, row_features};
-use crate::forest::{Baseline, Forest};
+use crate::features::{
+    additive_columns, feature_names, is_cpu, is_grouped, kernel_count_names, row_features,
+};
+use crate::forest::{Additive, Baseline, Forest};
 use lightgbm3::{Booster, Dataset};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -191,20 +193,24 @@ pub fn baseline_cols(n: usize, rows: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Trains on feature rows `x` (all the same length) and latencies `ms`.
+/// Trains on feature rows `x` (all the same length) and latencies `ms`, on the log-linear
+/// baseline.
 pub fn fit(x: &[Vec<f64>], ms: &[f64], params: &Params) -> Result<Trained, TrainError> {
-    fit_from(x, ms, &[], params)
+    fit_from(x, ms, &[], params, &[])
 }
 
 /// [`fit`] of the residuals of a prior: `prior[i]` is row `i`'s log latency by the predictor
 /// the new one corrects (an empty `prior`: none), and the baseline and trees fit
-/// `ln(ms) − prior` (the baseline a constant: the prior has the trend). Predict with
-/// [`Trained::predict_ms_from`].
+/// `ln(ms) − prior` (the baseline a constant: the prior has the trend). Without a prior, a
+/// non-empty `additive` (columns of `x`, [`crate::features::additive_columns`]) makes the
+/// baseline an additive cost model over them ([`crate::forest::Additive`]) instead of the
+/// log-linear trend. Predict with [`Trained::predict_ms_from`].
 pub fn fit_from(
     x: &[Vec<f64>],
     ms: &[f64],
     prior: &[f64],
     params: &Params,
+    additive: &[usize],
 ) -> Result<Trained, TrainError> {
     let nf = x.first().map_or(0, Vec::len);
     if x.is_empty() || nf == 0 {
@@ -224,12 +230,18 @@ pub fn fit_from(
         .map(|(i, v)| v.max(1e-6).ln() - prior.get(i).copied().unwrap_or(0.0))
         .collect();
     // A correction keeps the trend of the predictor it corrects: its baseline is a constant.
-    let cols = if prior.is_empty() {
-        baseline_cols(nf, x.len())
+    let baseline = if !prior.is_empty() {
+        Baseline::fit(x, &logs, &[])
+    } else if additive.is_empty() {
+        Baseline::fit(x, &logs, &baseline_cols(nf, x.len()))
     } else {
-        Vec::new()
+        if let Some(&c) = additive.iter().find(|&&c| c >= nf) {
+            return Err(TrainError::Data(format!(
+                "additive baseline column {c} of {nf} features"
+            )));
+        }
+        Baseline::of_additive(Additive::fit(x, ms, additive))
     };
-    let baseline = Baseline::fit(x, &logs, &cols);
     let labels: Vec<f32> = x
         .iter()
         .zip(&logs)
@@ -281,12 +293,13 @@ pub fn cheapest_within_tolerance(scored: &[(f64, Params)]) -> Option<(f64, Param
 }
 
 /// Mean MAPE over 3 folds grouped by configuration (`None` when too few configurations), of
-/// models fit on the residuals of `prior` ([`fit_from`]; empty: none).
+/// models fit on the residuals of `prior` or on the `additive` baseline ([`fit_from`]).
 fn cv_mape(
     rows: &[&Row],
     x: &[Vec<f64>],
     prior: &[f64],
     params: &Params,
+    additive: &[usize],
 ) -> Result<Option<f64>, TrainError> {
     let folds = 3;
     let mut total = 0.0;
@@ -308,7 +321,7 @@ fn cv_mape(
         if tx.len() < 4 || vx.is_empty() {
             continue;
         }
-        let t = fit_from(&tx, &ty, &tp, params)?;
+        let t = fit_from(&tx, &ty, &tp, params, additive)?;
         total += accuracy(&t.predict_ms_from(&vx, &vp), &vy).mape;
         counted += 1;
     }
@@ -323,17 +336,18 @@ pub fn search(
     x: &[Vec<f64>],
     threads: usize,
 ) -> Result<Vec<(f64, Params)>, TrainError> {
-    search_from(rows, x, &[], &grid(), threads)
+    search_from(rows, x, &[], &grid(), threads, &[])
 }
 
-/// [`search`] over the grid `points` of models fit on the residuals of `prior` ([`fit_from`];
-/// empty: none).
+/// [`search`] over the grid `points` of models fit on the residuals of `prior` or on the
+/// `additive` baseline ([`fit_from`]; both empty: the log-linear one).
 pub fn search_from(
     rows: &[&Row],
     x: &[Vec<f64>],
     prior: &[f64],
     points: &[Params],
     threads: usize,
+    additive: &[usize],
 ) -> Result<Vec<(f64, Params)>, TrainError> {
     let threads = threads.clamp(1, points.len());
     // Thread t scores points t, t + threads, …, a share of the cheap and of the costly ones
@@ -345,7 +359,7 @@ pub fn search_from(
                 scope.spawn(move || {
                     (t..points.len())
                         .step_by(threads)
-                        .map(|i| Ok((i, cv_mape(rows, x, prior, &points[i])?)))
+                        .map(|i| Ok((i, cv_mape(rows, x, prior, &points[i], additive)?)))
                         .collect()
                 })
             })
@@ -505,32 +519,46 @@ pub fn train_from(
         let x: Vec<Vec<f64>> = train_rows.iter().map(|r| row_features(r, true)).collect();
         let y: Vec<f64> = train_rows.iter().map(|r| r.ms).collect();
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        let scored = search(&train_rows, &x, cores)?;
+        // The GPU executors' baseline: the cost of their kernel's loop-trip counts.
+        let additive = additive_columns(name, true);
+        let scored = search_from(&train_rows, &x, &[], &grid(), cores, &additive)?;
         let (mut cv, mut params) = match cheapest_within_tolerance(&scored) {
             Some((m, p)) => (Some(m), p),
             None => (None, grid()[5]),
         };
-        // The base's predictor of this executor, when it reads the same features.
-        let base_exec = base.and_then(|b| {
-            let e = b
-                .profile
-                .executors
-                .get(name)
-                .filter(|e| e.features == feature_names(name, true));
-            if e.is_none() {
-                log(&format!(
-                    "{name}: {} has no predictor of these features; trained from scratch",
-                    b.name
-                ));
+        // The base's predictor of this executor, when it reads these features, or these but
+        // the kernel's loop-trip counts (a profile trained before them): its trees then read
+        // the same leading features of the longer rows, and a correction may use the counts.
+        let full = feature_names(name, true);
+        let without_counts = full.len() - kernel_count_names(name).len();
+        let widened;
+        let base_exec = match base.and_then(|b| b.profile.executors.get(name)) {
+            Some(e) if e.features == full => Some(e),
+            Some(e) if e.features.len() == without_counts && full.starts_with(&e.features) => {
+                widened = Executor {
+                    features: full.clone(),
+                    kernel_counts: true,
+                    forest: Forest::new(full.len(), e.forest.trees.clone()),
+                    ..e.clone()
+                };
+                Some(&widened)
             }
-            e
-        });
+            _ => {
+                if let Some(b) = base {
+                    log(&format!(
+                        "{name}: {} has no predictor of these features; trained from scratch",
+                        b.name
+                    ));
+                }
+                None
+            }
+        };
         let (mut cv_from_scratch, mut cv_corrected, mut corrects) = (None, None, None);
         // The base's log latency of the training rows, when the correction is chosen.
         let mut train_prior = Vec::new();
         if let (Some(b), Some(e)) = (base, base_exec) {
             let prior: Vec<f64> = x.iter().map(|r| e.predict_log_ms(r)).collect();
-            let scored = search_from(&train_rows, &x, &prior, &correction_grid(), cores)?;
+            let scored = search_from(&train_rows, &x, &prior, &correction_grid(), cores, &[])?;
             if let Some((m, p)) = cheapest_within_tolerance(&scored) {
                 log(&format!(
                     "{name}: cv MAPE correcting {} {m:.2}%, from scratch {}",
@@ -538,7 +566,9 @@ pub fn train_from(
                     cv.map_or("-".into(), |c| format!("{c:.2}%"))
                 ));
                 (cv_from_scratch, cv_corrected) = (cv, Some(m));
-                if cv.is_none_or(|c| m <= c) {
+                // The correction evaluates the base's trees too: it must beat the forest from
+                // scratch by more than the search's tolerance, as a costlier forest must.
+                if cv.is_none_or(|c| m < c * (1.0 - CHEAPER_TOLERANCE)) {
                     corrects = Some(b.name.clone());
                     (cv, params) = (Some(m), p);
                     train_prior = prior;
@@ -552,7 +582,7 @@ pub fn train_from(
                 None => Vec::new(),
             }
         };
-        let trained = fit_from(&x, &y, &train_prior, &params)?;
+        let trained = fit_from(&x, &y, &train_prior, &params, &additive)?;
         let tx: Vec<Vec<f64>> = test_rows.iter().map(|r| row_features(r, true)).collect();
         let ty: Vec<f64> = test_rows.iter().map(|r| r.ms).collect();
         let acc = accuracy(&trained.predict_ms_from(&tx, &prior(&tx)), &ty);
@@ -595,7 +625,7 @@ pub fn train_from(
         } else {
             let ax: Vec<Vec<f64>> = exec_rows.iter().map(|r| row_features(r, true)).collect();
             let ay: Vec<f64> = exec_rows.iter().map(|r| r.ms).collect();
-            fit_from(&ax, &ay, &prior(&ax), &params)?
+            fit_from(&ax, &ay, &prior(&ax), &params, &additive)?
         };
         let mut param_map = params.map();
         let (baseline, forest) = match (base_exec, &corrects) {
@@ -631,7 +661,8 @@ pub fn train_from(
             name.to_string(),
             Executor {
                 scale: 1.0,
-                features: feature_names(name, true),
+                kernel_counts: full.len() > without_counts,
+                features: full,
                 dispatch_features: true,
                 params: param_map,
                 forest,

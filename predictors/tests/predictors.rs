@@ -265,7 +265,10 @@ fn old_datasets_without_conv_groups_read_as_one_group_and_gconv_rows_round_trip(
     assert_eq!(names[features::OP_FEATURES.len() + 1], "group_in");
     assert_eq!(
         names.len(),
-        features::OP_FEATURES.len() + 3 + features::DISPATCH_FEATURES.len()
+        features::OP_FEATURES.len()
+            + 3
+            + features::DISPATCH_FEATURES.len()
+            + features::kernel_count_names("conv_grouped").len()
     );
     let f = features::cpu_features(&g.layer, 16, 1);
     let groups = features::OP_FEATURES.len();
@@ -548,7 +551,8 @@ fn the_shipped_forest_is_refit_on_the_held_out_configurations_too() {
         let y: Vec<f64> = mine.iter().map(|r| r.ms).collect();
         let refs: Vec<&[f64]> = x.iter().map(Vec::as_slice).collect();
         let shipped = profile.executors[name].predict_ms_batch(&refs);
-        let on_all = train::fit(&x, &y, &r.params).expect("fit on all");
+        let additive = features::additive_columns(name, true);
+        let on_all = train::fit_from(&x, &y, &[], &r.params, &additive).expect("fit on all");
         let (tx, ty): (Vec<Vec<f64>>, Vec<f64>) = x
             .iter()
             .zip(&y)
@@ -556,7 +560,8 @@ fn the_shipped_forest_is_refit_on_the_held_out_configurations_too() {
             .filter(|(_, row)| !train::is_test_config(&row.config))
             .map(|((x, y), _)| (x.clone(), *y))
             .unzip();
-        let on_train = train::fit(&tx, &ty, &r.params).expect("fit on the training part");
+        let on_train =
+            train::fit_from(&tx, &ty, &[], &r.params, &additive).expect("fit on the training part");
         let (all_ms, train_ms) = (on_all.predict_ms(&x), on_train.predict_ms(&x));
         for (i, s) in shipped.iter().enumerate() {
             assert!((s - all_ms[i]).abs() <= 1e-9 * all_ms[i], "{name} row {i}");
@@ -593,6 +598,90 @@ fn compile_time_features_equal_the_runtime_dispatch() {
         }
         assert_eq!(Layer::from_op(&op).as_ref(), Ok(l));
     }
+}
+
+#[test]
+fn gpu_kernel_counts_are_the_same_at_compile_and_training_time() {
+    use tandem_runtime::gpu::dispatch::Variant;
+    let dev = fake_device();
+    let ops = [
+        OpKind::Conv,
+        OpKind::Depthwise,
+        OpKind::Linear,
+        OpKind::GroupedConv,
+    ];
+    let mut rng = Rng::new(4);
+    let mut variants = std::collections::BTreeSet::new();
+    for l in measure::random_layers(&ops, 120, 17, &Limits::default()) {
+        let step = vector_width(l.to_op().gpu_op());
+        for g in measure::channel_points(l.cout, step, 4, &mut rng) {
+            let (d, x) = gpu_features(&l, g, &dev);
+            let executor = features::gpu_executor(l.op, d.variant);
+            assert_eq!(features::executor_variant(&executor), Some(d.variant));
+            variants.insert(executor.clone());
+            let names = features::feature_names(&executor, true);
+            assert_eq!(x.len(), names.len(), "{executor}");
+            // The counts close the row, and the additive baseline reads them and the bytes.
+            let counts = features::kernel_count_names(&executor);
+            assert!(!counts.is_empty(), "{executor}");
+            assert!(names.ends_with(&counts.iter().map(|c| c.to_string()).collect::<Vec<_>>()));
+            let additive = features::additive_columns(&executor, true);
+            assert_eq!(additive.len(), counts.len() + 1, "{executor}");
+            assert_eq!(names[additive[0]], "part_bytes");
+            assert!(features::additive_columns(&executor, false).is_empty());
+            // Training reads the measured row of the same part: the same features.
+            let row = Row {
+                config: config_key(&l),
+                device: "d".into(),
+                cpu: "c".into(),
+                layer: l.clone(),
+                executor: executor.clone(),
+                threads: 0,
+                c0: l.cout - g,
+                c1: l.cout,
+                variant: d.variant.name().into(),
+                dispatch: record(&d),
+                ms: 1.0,
+                reps: 1,
+                sync_ms: 0.0,
+                probe_ms: 0.0,
+                least_ms: 0.0,
+            };
+            assert_eq!(features::row_features(&row, true), x, "{l:?} g={g}");
+        }
+    }
+    assert!(variants.len() >= 6, "{variants:?}");
+    // CPU executors have no kernel counts, and no GPU kernel.
+    for executor in ["cpu_conv_t1", "cpu_gconv_t2", "cpu_linear_t1"] {
+        assert!(features::kernel_count_names(executor).is_empty());
+        assert_eq!(features::executor_variant(executor), None);
+    }
+    assert_eq!(
+        features::executor_variant("conv_grouped"),
+        Some(Variant::ConvGeneric)
+    );
+}
+
+#[test]
+fn profiles_trained_before_the_kernel_counts_still_load_and_predict() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles");
+    let old = Profile::load(&dir.join("pocl-1core.profile")).expect("the Intel profile loads");
+    let e = &old.executors["conv_generic"];
+    assert!(!e.kernel_counts && e.baseline.additive.is_none());
+    let counts = features::kernel_count_names("conv_generic").len();
+    assert_eq!(
+        e.features.len() + counts,
+        features::feature_names("conv_generic", true).len()
+    );
+    let layer = measure::spatial(OpKind::Conv, 28, 28, 64, 128, 3, 1);
+    let ms = old.predict_gpu(&layer, 64).expect("prediction");
+    assert!(ms.is_finite() && ms > 0.0, "{ms}");
+    // A profile that claims counts its features lack is refused.
+    let text = std::fs::read_to_string(dir.join("pocl-1core.profile")).expect("read");
+    let mut json: serde_json::Value = serde_json::from_str(&text).expect("json");
+    json["executors"]["conv_generic"]["kernel_counts"] = serde_json::Value::Bool(true);
+    let e = Profile::parse(&json.to_string()).expect_err("counts claimed, not there");
+    assert!(e.contains("executors.conv_generic.features"), "{e}");
 }
 
 /// A dataset row of the CPU part `[0, c)` of `l` (the latency is a placeholder): what training

@@ -229,8 +229,13 @@ fn executor(name: &str, cols: Vec<usize>, coef: Vec<f64>) -> Executor {
         forest: Forest::new(features.len(), vec![]),
         features,
         dispatch_features: true,
+        kernel_counts: !tandem_predictors::features::kernel_count_names(name).is_empty(),
         params: BTreeMap::new(),
-        baseline: Baseline { cols, coef },
+        baseline: Baseline {
+            cols,
+            coef,
+            additive: None,
+        },
         scale: 1.0,
     }
 }
