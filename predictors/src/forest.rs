@@ -641,35 +641,7 @@ impl Baseline {
         for (i, r) in a.iter_mut().enumerate().skip(1) {
             r[i] += 1e-6 * (1.0 + r[i]);
         }
-        // Gaussian elimination with partial pivoting.
-        for col in 0..k {
-            let pivot = (col..k)
-                .max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))
-                .unwrap_or(col);
-            a.swap(col, pivot);
-            let d = a[col][col];
-            if d.abs() < 1e-12 {
-                continue;
-            }
-            let pivot_row = a[col].clone();
-            for (r, row) in a.iter_mut().enumerate() {
-                if r != col {
-                    let f = row[col] / d;
-                    for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
-                        *x -= f * p;
-                    }
-                }
-            }
-        }
-        let coef = (0..k)
-            .map(|i| {
-                if a[i][i].abs() < 1e-12 {
-                    0.0
-                } else {
-                    a[i][k] / a[i][i]
-                }
-            })
-            .collect();
+        let coef = crate::nnls::gauss_jordan(a, 1e-12);
         Baseline {
             cols: cols.to_vec(),
             coef,

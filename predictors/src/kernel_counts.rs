@@ -312,21 +312,14 @@ mod tests {
     use tandem_runtime::gpu::dispatch::{dispatch, Dispatch};
     use tandem_runtime::rng::Rng;
 
+    /// The OpenCL device of the shipped Zen 4 profile (its dataset's sidecar): the layers
+    /// dispatch as they do on that host.
     fn test_device() -> tandem_runtime::gpu::device::DeviceInfo {
-        tandem_runtime::gpu::device::DeviceInfo {
-            vendor: "test".into(),
-            name: "cpu".into(),
-            version: "OpenCL 3.0".into(),
-            driver: "1".into(),
-            is_gpu: false,
-            compute_units: 1,
-            max_work_group_size: 4096,
-            global_mem_bytes: 1 << 34,
-            local_mem_bytes: 1 << 20,
-            max_constant_bytes: 1 << 16,
-            svm: Default::default(),
-            opencl_c_2: false,
-        }
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("profiles/pocl-1core-epyc-zen4.device.json");
+        let text = std::fs::read_to_string(&path).expect("the shipped sidecar");
+        let meta: serde_json::Value = serde_json::from_str(&text).expect("json");
+        serde_json::from_value(meta["device"].clone()).expect("a device description")
     }
 
     /// Walks every work item of the kernel `d` launches, as its source does, and tallies the

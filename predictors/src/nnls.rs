@@ -90,11 +90,10 @@ fn solve_normal(gram: &[Vec<f64>], xty: &[f64]) -> Vec<f64> {
     a
 }
 
-/// The least-squares solution on the columns marked `on` (zero elsewhere), by Gaussian
-/// elimination with partial pivoting on the normal equations (with a tiny ridge).
+/// The least-squares solution on the columns marked `on` (zero elsewhere), from the normal
+/// equations (with a tiny ridge).
 fn solve_on(gram: &[Vec<f64>], xty: &[f64], on: &[bool]) -> Vec<f64> {
     let idx: Vec<usize> = (0..on.len()).filter(|&i| on[i]).collect();
-    let m = idx.len();
     let mut a: Vec<Vec<f64>> = idx
         .iter()
         .map(|&i| {
@@ -106,32 +105,47 @@ fn solve_on(gram: &[Vec<f64>], xty: &[f64], on: &[bool]) -> Vec<f64> {
     for (i, row) in a.iter_mut().enumerate() {
         row[i] += 1e-12 * (1.0 + row[i]);
     }
-    for col in 0..m {
-        let pivot = (col..m)
+    let s = gauss_jordan(a, 1e-300);
+    let mut out = vec![0.0; on.len()];
+    for (&i, v) in idx.iter().zip(s) {
+        out[i] = v;
+    }
+    out
+}
+
+/// Solves the square system whose augmented rows are `a` (`k` rows of `k + 1`: the matrix, then
+/// the right-hand side) by Gauss–Jordan elimination with partial pivoting. An unknown whose
+/// pivot is smaller than `singular` in magnitude (a column the others already explain) gets 0.
+pub(crate) fn gauss_jordan(mut a: Vec<Vec<f64>>, singular: f64) -> Vec<f64> {
+    let k = a.len();
+    for col in 0..k {
+        let pivot = (col..k)
             .max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))
             .unwrap_or(col);
         a.swap(col, pivot);
         let d = a[col][col];
-        if d.abs() < 1e-300 {
+        if d.abs() < singular {
             continue;
         }
         let pivot_row = a[col].clone();
         for (r, row) in a.iter_mut().enumerate() {
             if r != col {
                 let f = row[col] / d;
-                for (v, p) in row.iter_mut().zip(&pivot_row).skip(col) {
-                    *v -= f * p;
+                for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                    *x -= f * p;
                 }
             }
         }
     }
-    let mut out = vec![0.0; on.len()];
-    for (r, &i) in idx.iter().enumerate() {
-        if a[r][r].abs() > 1e-300 {
-            out[i] = a[r][m] / a[r][r];
-        }
-    }
-    out
+    (0..k)
+        .map(|i| {
+            if a[i][i].abs() < singular {
+                0.0
+            } else {
+                a[i][k] / a[i][i]
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
