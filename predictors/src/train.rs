@@ -407,6 +407,11 @@ pub struct ExecutorReport {
     pub validation: Accuracy,
     /// Held-out accuracy without the dispatch features (GPU executors).
     pub without_dispatch: Option<Accuracy>,
+    /// Held-out accuracy with the dispatch features but without the kernel's loop-trip counts
+    /// (a forest from scratch on the log-linear baseline; GPU executors with counts): what the
+    /// counts buy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub without_counts: Option<Accuracy>,
     /// Held-out accuracy of one black-box GPU model (op features, all variants), on this
     /// executor's held-out rows (GPU executors).
     pub black_box_gpu: Option<Accuracy>,
@@ -586,6 +591,15 @@ pub fn train_from(
         let tx: Vec<Vec<f64>> = test_rows.iter().map(|r| row_features(r, true)).collect();
         let ty: Vec<f64> = test_rows.iter().map(|r| r.ms).collect();
         let acc = accuracy(&trained.predict_ms_from(&tx, &prior(&tx)), &ty);
+        let no_counts = if gpu && without_counts < full.len() {
+            let cut = |x: &[Vec<f64>]| -> Vec<Vec<f64>> {
+                x.iter().map(|r| r[..without_counts].to_vec()).collect()
+            };
+            let t = fit(&cut(&x), &y, &params)?;
+            Some(accuracy(&t.predict_ms(&cut(&tx)), &ty))
+        } else {
+            None
+        };
         let (without_dispatch, bb) = if gpu {
             let x0: Vec<Vec<f64>> = train_rows.iter().map(|r| row_features(r, false)).collect();
             let t0 = fit(&x0, &y, &params)?;
@@ -614,6 +628,9 @@ pub fn train_from(
             acc.within10 * 100.0,
             without_dispatch.map_or(String::new(), |a| format!(
                 "; without dispatch features {:.2}%",
+                a.mape
+            )) + &no_counts.map_or(String::new(), |a| format!(
+                "; without the kernel's loop-trip counts {:.2}%",
                 a.mape
             ))
         ));
@@ -654,6 +671,7 @@ pub fn train_from(
                 cv_mape_corrected: cv_corrected,
                 validation: acc,
                 without_dispatch,
+                without_counts: no_counts,
                 black_box_gpu: bb,
             },
         );
