@@ -556,7 +556,7 @@ impl Additive {
     pub fn ms(&self, x: &[f64]) -> f64 {
         let mut s = self.coef.first().copied().unwrap_or(0.0);
         for (c, &col) in self.coef.iter().skip(1).zip(&self.cols) {
-            s += c * x[col];
+            s += c * x[col].max(0.0);
         }
         s.max(Self::FLOOR_MS)
     }
@@ -866,5 +866,36 @@ mod tests {
         );
         // Two additive models do not add up to one.
         assert!(p.plus(&p, 0.0).is_none());
+    }
+
+    #[test]
+    fn an_additive_baseline_recovers_costs_and_is_checked() {
+        // Two counts and a launch cost, rows of very different latency.
+        let x: Vec<Vec<f64>> = (0..60)
+            .map(|i| {
+                let i = f64::from(i);
+                vec![7.0, 1e4 * (1.0 + i * i), 300.0 * (i % 7.0)]
+            })
+            .collect();
+        let ms: Vec<f64> = x
+            .iter()
+            .map(|r| 0.002 + 3e-7 * r[1] + 1e-6 * r[2])
+            .collect();
+        let a = Additive::fit(&x, &ms, &[1, 2]);
+        for (got, want) in a.coef.iter().zip([0.002, 3e-7, 1e-6]) {
+            assert!((got - want).abs() <= 1e-9 * want.max(1e-3), "{a:?}");
+        }
+        let b = Baseline::of_additive(a);
+        b.check(3).expect("in range, non-negative");
+        for (r, t) in x.iter().zip(&ms) {
+            assert!((b.eval(r) - t.ln()).abs() < 1e-9);
+        }
+        // A negative cost, or a column past the row, is refused.
+        let mut bad = b.clone();
+        if let Some(a) = bad.additive.as_mut() {
+            a.coef[1] = -1e-7;
+        }
+        assert!(bad.check(3).unwrap_err().contains("non-negative"));
+        assert!(b.check(2).unwrap_err().contains("reads feature 2 of 2"));
     }
 }
