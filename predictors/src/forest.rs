@@ -895,7 +895,9 @@ mod tests {
         if let Some(a) = bad.additive.as_mut() {
             a.coef[1] = -1e-7;
         }
-        assert!(bad.check(3).unwrap_err().contains("non-negative"));
-        assert!(b.check(2).unwrap_err().contains("reads feature 2 of 2"));
+        assert!(bad.check(3).is_err_and(|e| e.contains("non-negative")));
+        assert!(b
+            .check(2)
+            .is_err_and(|e| e.contains("reads feature 2 of 2")));
     }
 }
