@@ -75,6 +75,13 @@ pub struct ProfileArgs {
     /// `--quiet-gate 0` there is no gate).
     #[arg(long, default_value_t = 60.0, value_name = "PERCENT")]
     pub sync_gate: f64,
+    /// The quiet gate's memory reading on both sides, in percent: a round is kept only when a
+    /// stream of 64 MB from memory, timed before and after it on the same core, is also within
+    /// this much of its quiet time. Other tenants' memory traffic slows layers over about
+    /// 8 MB by 1.3–2.7x for seconds and leaves the reference layer, which fits the cache,
+    /// alone (0 leaves the memory out of the gate; with `--quiet-gate 0` there is no gate).
+    #[arg(long, default_value_t = 15.0, value_name = "PERCENT")]
+    pub memory_gate: f64,
     /// Models whose splittable layers are measured too (default: the zoo's `.tflite` files in
     /// `zoo/`, when that folder exists). `--models none` measures random layers only.
     #[arg(long, value_delimiter = ',')]
@@ -395,6 +402,12 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
             args.sync_gate
         );
     }
+    if !(args.memory_gate >= 0.0 && args.memory_gate.is_finite()) {
+        bail!(
+            "--memory-gate: {} is not a percentage; give e.g. 15, or 0 to leave the memory out",
+            args.memory_gate
+        );
+    }
     let sizes = SizeBounds::new(args.min_mb, args.max_mb).map_err(anyhow::Error::msg)?;
     let models = match args.models.as_slice() {
         [] => default_models(),
@@ -477,6 +490,7 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
         passes: args.passes.max(1),
         quiet_slack: args.quiet_gate / 100.0,
         sync_slack: args.sync_gate / 100.0,
+        memory_slack: args.memory_gate / 100.0,
         limits,
         measure: MeasureOptions {
             min_reps: args.reps.max(1),
@@ -556,12 +570,17 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     if plan.quiet_slack > 0.0 {
         let g = summary.gate;
         println!(
-            "quiet gate ({}%, join {}): {} rounds measured again after a slow phase; {} \
+            "quiet gate ({}%, join {}, memory {}): {} rounds measured again after a slow phase; {} \
              configuration sides without a quiet round (their least round kept); {:.1} s spent \
              waiting",
             args.quiet_gate,
             if args.sync_gate > 0.0 {
                 format!("{}%", args.sync_gate)
+            } else {
+                "off".to_string()
+            },
+            if args.memory_gate > 0.0 {
+                format!("{}%", args.memory_gate)
             } else {
                 "off".to_string()
             },

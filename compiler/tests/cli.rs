@@ -285,7 +285,13 @@ fn a_group_size_that_does_not_divide_the_channels_fails_naming_the_operator() {
 #[test]
 fn profile_rejects_a_quiet_gate_or_a_size_that_is_not_a_number_of_its_kind() {
     let dir = tempfile::tempdir().expect("tempdir");
-    for option in ["--quiet-gate", "--sync-gate", "--min-mb", "--max-mb"] {
+    for option in [
+        "--quiet-gate",
+        "--sync-gate",
+        "--memory-gate",
+        "--min-mb",
+        "--max-mb",
+    ] {
         for bad in ["-1", "NaN", "inf"] {
             let out = tandem()
                 .args(["profile", "--out"])

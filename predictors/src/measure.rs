@@ -16,7 +16,7 @@
 
 use crate::dataset::{self, config_key, Appender, DatasetError, Row};
 use crate::features::{cpu_executor, gpu_executor, record, Layer, OpKind};
-use crate::quiet::{gated_rounds, GateStats, QuietGate};
+use crate::quiet::{gated_rounds, GateStats, MemoryProbe, QuietGate};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -72,6 +72,11 @@ pub struct Plan {
     /// tens of seconds that add µs to every short GPU part and that the reference layer does
     /// not show. 0 leaves the join out of the gate.
     pub sync_slack: f64,
+    /// Slack of both sides' memory reading ([`crate::quiet::MemoryProbe`]) while the quiet
+    /// gate is on: a round is kept only when a stream from memory timed before and after it is
+    /// within this fraction of its quiet time too (other tenants' memory traffic slows large
+    /// layers and not the reference layer). 0 leaves the memory out of the gate.
+    pub memory_slack: f64,
     pub limits: Limits,
     pub measure: MeasureOptions,
     /// Description of the machine setting, recorded with the dataset.
@@ -443,7 +448,8 @@ pub const QUIET_MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// The quiet gates of the two sides: the GPU's core and the CPU's (its probe runs on one
 /// thread, on the CPU side's core, whatever the thread counts measured). The GPU side's probe
-/// also times the join ([`Plan::sync_slack`]).
+/// also times the join ([`Plan::sync_slack`]); both may time a stream from memory
+/// ([`Plan::memory_slack`]).
 struct Gates {
     gpu: QuietGate,
     cpu: QuietGate,
@@ -578,15 +584,18 @@ pub fn run(
         gate: GateStats::default(),
     };
     let join_gated = plan.sync_slack > 0.0;
-    let gpu_gate = QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT);
+    let memory = (plan.quiet_slack > 0.0 && plan.memory_slack > 0.0).then(MemoryProbe::new);
     let mut gates = Gates {
-        gpu: if join_gated {
-            gpu_gate.with_reading(plan.sync_slack)
-        } else {
-            gpu_gate
-        },
+        gpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT),
         cpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT),
     };
+    if join_gated {
+        gates.gpu = gates.gpu.with_reading(plan.sync_slack);
+    }
+    if memory.is_some() {
+        gates.gpu = gates.gpu.with_reading(plan.memory_slack);
+        gates.cpu = gates.cpu.with_reading(plan.memory_slack);
+    }
     let sync_options = MeasureOptions {
         min_reps: 15,
         max_reps: 31,
@@ -642,12 +651,12 @@ pub fn run(
                 Ok(times)
             },
             |b| {
-                let layer = b.probe_gpu()?;
-                Ok(if join_gated {
-                    vec![layer, b.sync(&sync_options)?.median_ms]
-                } else {
-                    vec![layer]
-                })
+                let mut readings = vec![b.probe_gpu()?];
+                if join_gated {
+                    readings.push(b.sync(&sync_options)?.median_ms);
+                }
+                readings.extend(memory.as_ref().map(MemoryProbe::time_ms));
+                Ok(readings)
             },
         )
         .map_err(gpu_err)?;
@@ -691,7 +700,11 @@ pub fn run(
                 |b, options| {
                     Ok::<_, GpuError>(cpu_points.iter().map(|&cc| b.cpu(cc, t, options)).collect())
                 },
-                |b| Ok(vec![b.probe_cpu()?]),
+                |b| {
+                    let mut readings = vec![b.probe_cpu()?];
+                    readings.extend(memory.as_ref().map(MemoryProbe::time_ms));
+                    Ok(readings)
+                },
             )
             .map_err(gpu_err)?;
             for (&cc, timing) in cpu_points.iter().zip(&cpu_rounds.times) {

@@ -15,6 +15,11 @@
 //! (about 2.6 µs) that add some 3 µs to every short GPU part, which the reference layer, a
 //! millisecond long, cannot show. The join is judged against its own quiet time and slack.
 //!
+//! Both sides may have a memory reading too ([`MemoryProbe`]: a stream over a buffer twice the
+//! L3). The reference layer fits the L3, so it misses the phases in which other tenants load
+//! the memory bus, which slow layers over about 8 MB by 1.3–2.7x for seconds and made two
+//! profiling runs of such layers disagree by 9% per point on the AMD EPYC host.
+//!
 //! Contracts:
 //! - [`QuietGate::record`] says whether a probe is quiet: each of its readings against the
 //!   window of that reading, including it.
@@ -139,6 +144,56 @@ pub fn drop_slow_join_gpu_rows(rows: &mut Vec<Row>, slack: f64) -> usize {
         !drop
     });
     slow.len()
+}
+
+/// Bytes [`MemoryProbe`] streams: twice the largest last-level cache of the hosts profiled
+/// (32 MB on the AMD EPYC), so that every pass comes from memory.
+pub const MEMORY_PROBE_BYTES: usize = 64 << 20;
+
+/// The gates' memory reading: the time to stream [`MEMORY_PROBE_BYTES`] from memory on the
+/// calling core. On a shared host the memory bus is shared with other tenants, whose traffic
+/// slows every layer whose data does not fit the cache (over about 8 MB here) by 1.3–2.7x for
+/// seconds at a time, while the reference layer, which fits the L3, runs at its usual speed.
+pub struct MemoryProbe {
+    words: Vec<u64>,
+}
+
+impl MemoryProbe {
+    /// Allocates and fills the buffer (so that its pages exist before the first reading).
+    pub fn new() -> MemoryProbe {
+        MemoryProbe {
+            words: (0..MEMORY_PROBE_BYTES as u64 / 8).collect(),
+        }
+    }
+
+    /// One pass over the buffer, in milliseconds.
+    pub fn time_ms(&self) -> f64 {
+        let start = Instant::now();
+        std::hint::black_box(stream_sum(std::hint::black_box(&self.words)));
+        start.elapsed().as_secs_f64() * 1e3
+    }
+}
+
+impl Default for MemoryProbe {
+    fn default() -> Self {
+        MemoryProbe::new()
+    }
+}
+
+/// The wrapping sum of `words`, in eight independent lanes (vectorised: bound by memory).
+fn stream_sum(words: &[u64]) -> u64 {
+    let mut lanes = [0u64; 8];
+    let chunks = words.chunks_exact(8);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &w) in lanes.iter_mut().zip(chunk) {
+            *lane = lane.wrapping_add(w);
+        }
+    }
+    lanes
+        .iter()
+        .chain(tail)
+        .fold(0u64, |acc, &w| acc.wrapping_add(w))
 }
 
 /// What the gates did over a profiling run.
@@ -333,6 +388,21 @@ mod tests {
             least_ms: ms,
             reps: 1,
         }
+    }
+
+    #[test]
+    fn the_memory_probe_sums_every_word() {
+        let words: Vec<u64> = (0..1003u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        let naive = words.iter().fold(0u64, |a, &w| a.wrapping_add(w));
+        assert_eq!(stream_sum(&words), naive);
+        assert_eq!(stream_sum(&words[..5]), words[..5].iter().sum::<u64>());
+        assert_eq!(stream_sum(&[]), 0);
+        let probe = MemoryProbe::new();
+        assert_eq!(probe.words.len() * 8, MEMORY_PROBE_BYTES);
+        let t = probe.time_ms();
+        assert!(t.is_finite() && t > 0.0, "{t}");
     }
 
     #[test]

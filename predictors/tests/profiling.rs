@@ -20,6 +20,7 @@ fn plan() -> Plan {
         passes: 1,
         quiet_slack: 0.0,
         sync_slack: 0.0,
+        memory_slack: 0.0,
         limits: Limits::default(),
         measure: MeasureOptions {
             warmup: 1,
