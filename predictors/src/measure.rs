@@ -19,6 +19,7 @@ use crate::features::{cpu_executor, gpu_executor, record, Layer, OpKind};
 use crate::quiet::{gated_rounds, GateStats, MemoryProbe, QuietGate};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tandem_runtime::gpu::device::DeviceInfo;
 use tandem_runtime::gpu::dispatch::{dispatch, vector_width, Variant};
@@ -453,6 +454,64 @@ pub const QUIET_MAX_WAIT: Duration = Duration::from_secs(2);
 struct Gates {
     gpu: QuietGate,
     cpu: QuietGate,
+    /// The readings each side's probe takes after the reference layer, in the order its gate
+    /// judges them: the gate is built from this list and the probe reads it, so the two agree.
+    gpu_extra: Vec<Extra>,
+    cpu_extra: Vec<Extra>,
+}
+
+/// A reading of a side's probe after the reference layer's time.
+#[derive(Clone)]
+enum Extra {
+    /// The join (GPU side only), with [`Plan::sync_slack`].
+    Join,
+    /// A stream from memory, with [`Plan::memory_slack`] (one buffer for both sides).
+    Memory(Rc<MemoryProbe>),
+}
+
+impl Gates {
+    /// The gates `plan` asks for: the join on the GPU side when `sync_slack` is set, the
+    /// memory on both sides when `memory_slack` is set and the quiet gate is on.
+    fn new(plan: &Plan) -> Gates {
+        let memory = (plan.quiet_slack > 0.0 && plan.memory_slack > 0.0)
+            .then(|| Extra::Memory(Rc::new(MemoryProbe::new())));
+        let join = (plan.sync_slack > 0.0).then_some(Extra::Join);
+        let gpu_extra: Vec<Extra> = join.into_iter().chain(memory.clone()).collect();
+        let cpu_extra: Vec<Extra> = memory.into_iter().collect();
+        let gate = |extra: &[Extra]| {
+            extra
+                .iter()
+                .fold(QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT), |g, e| {
+                    g.with_reading(match e {
+                        Extra::Join => plan.sync_slack,
+                        Extra::Memory(_) => plan.memory_slack,
+                    })
+                })
+        };
+        Gates {
+            gpu: gate(&gpu_extra),
+            cpu: gate(&cpu_extra),
+            gpu_extra,
+            cpu_extra,
+        }
+    }
+}
+
+/// A probe's readings for its gate: the reference layer's time `layer`, then each of `extra`
+/// (`join` times the join).
+fn probe_readings(
+    layer: f64,
+    extra: &[Extra],
+    mut join: impl FnMut() -> Result<f64, GpuError>,
+) -> Result<Vec<f64>, GpuError> {
+    let mut readings = vec![layer];
+    for e in extra {
+        readings.push(match e {
+            Extra::Join => join()?,
+            Extra::Memory(m) => m.time_ms(),
+        });
+    }
+    Ok(readings)
 }
 
 /// Why profiling stopped.
@@ -583,19 +642,8 @@ pub fn run(
         out_of_budget: 0,
         gate: GateStats::default(),
     };
-    let join_gated = plan.sync_slack > 0.0;
-    let memory = (plan.quiet_slack > 0.0 && plan.memory_slack > 0.0).then(MemoryProbe::new);
-    let mut gates = Gates {
-        gpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT),
-        cpu: QuietGate::new(plan.quiet_slack, QUIET_MAX_WAIT),
-    };
-    if join_gated {
-        gates.gpu = gates.gpu.with_reading(plan.sync_slack);
-    }
-    if memory.is_some() {
-        gates.gpu = gates.gpu.with_reading(plan.memory_slack);
-        gates.cpu = gates.cpu.with_reading(plan.memory_slack);
-    }
+    let mut gates = Gates::new(plan);
+    let (gpu_extra, cpu_extra) = (gates.gpu_extra.clone(), gates.cpu_extra.clone());
     let sync_options = MeasureOptions {
         min_reps: 15,
         max_reps: 31,
@@ -651,12 +699,8 @@ pub fn run(
                 Ok(times)
             },
             |b| {
-                let mut readings = vec![b.probe_gpu()?];
-                if join_gated {
-                    readings.push(b.sync(&sync_options)?.median_ms);
-                }
-                readings.extend(memory.as_ref().map(MemoryProbe::time_ms));
-                Ok(readings)
+                let layer = b.probe_gpu()?;
+                probe_readings(layer, &gpu_extra, || Ok(b.sync(&sync_options)?.median_ms))
             },
         )
         .map_err(gpu_err)?;
@@ -701,9 +745,8 @@ pub fn run(
                     Ok::<_, GpuError>(cpu_points.iter().map(|&cc| b.cpu(cc, t, options)).collect())
                 },
                 |b| {
-                    let mut readings = vec![b.probe_cpu()?];
-                    readings.extend(memory.as_ref().map(MemoryProbe::time_ms));
-                    Ok(readings)
+                    let layer = b.probe_cpu()?;
+                    probe_readings(layer, &cpu_extra, || Ok(b.sync(&sync_options)?.median_ms))
                 },
             )
             .map_err(gpu_err)?;
@@ -779,6 +822,65 @@ pub(crate) fn fnv(s: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gated_plan(quiet: f64, sync: f64, memory: f64) -> Plan {
+        Plan {
+            ops: vec![OpKind::Conv],
+            samples: 0,
+            threads: vec![1],
+            budget: None,
+            seed: 1,
+            points: 1,
+            rounds: 1,
+            passes: 1,
+            quiet_slack: quiet,
+            sync_slack: sync,
+            memory_slack: memory,
+            limits: Limits::default(),
+            measure: MeasureOptions::default(),
+            setting: String::new(),
+        }
+    }
+
+    #[test]
+    fn each_probe_gives_its_gate_one_value_per_reading_in_its_order() {
+        let mut gates = Gates::new(&gated_plan(0.08, 0.6, 0.15));
+        assert!(matches!(
+            gates.gpu_extra.as_slice(),
+            [Extra::Join, Extra::Memory(_)]
+        ));
+        assert!(matches!(gates.cpu_extra.as_slice(), [Extra::Memory(_)]));
+        let gpu = probe_readings(1.0, &gates.gpu_extra, || Ok(0.001)).expect("readings");
+        assert_eq!(gpu.len(), 3);
+        assert_eq!((gpu[0], gpu[1]), (1.0, 0.001));
+        assert!(gpu[2] > 0.0, "the memory stream's time: {gpu:?}");
+        gates.gpu.record(&gpu);
+        assert_eq!(
+            gates.gpu.quiet(1),
+            Some(0.001),
+            "the join is the second reading"
+        );
+        assert_eq!(gates.gpu.quiet(2), Some(gpu[2]), "the memory the third");
+        let mut joined = false;
+        let cpu = probe_readings(2.0, &gates.cpu_extra, || {
+            joined = true;
+            Ok(0.0)
+        })
+        .expect("readings");
+        assert!(!joined, "the CPU side does not time the join");
+        gates.cpu.record(&cpu);
+        assert_eq!(cpu.len(), 2);
+        assert_eq!(gates.cpu.quiet(1), Some(cpu[1]));
+        assert_eq!(gates.cpu.quiet(2), None);
+
+        // No memory reading without its slack, nor without the quiet gate.
+        for plan in [gated_plan(0.08, 0.6, 0.0), gated_plan(0.0, 0.6, 0.15)] {
+            let g = Gates::new(&plan);
+            assert!(matches!(g.gpu_extra.as_slice(), [Extra::Join]));
+            assert!(g.cpu_extra.is_empty());
+        }
+        assert!(Gates::new(&gated_plan(0.08, 0.0, 0.0)).gpu_extra.is_empty());
+    }
 
     fn depthwise(h: usize, c: usize) -> Layer {
         spatial(OpKind::Depthwise, h, h, c, c, 3, 1)
