@@ -275,6 +275,25 @@ pub struct CalibrateArgs {
     pub min_configs: usize,
 }
 
+/// [`dataset::read`] of `path`, saying how many CPU rows of a loop the runtime has since
+/// replaced it left out.
+fn read_dataset(path: &Path) -> Result<Vec<dataset::Row>> {
+    let mut rows = dataset::read_measurements(path)?;
+    say_superseded(dataset::drop_superseded(&mut rows), path);
+    Ok(dataset::pool_repeats(rows))
+}
+
+/// Says that `dropped` CPU rows of `path` were left out as measurements of a replaced loop.
+fn say_superseded(dropped: usize, path: &Path) {
+    if dropped > 0 {
+        eprintln!(
+            "{}: left out {dropped} CPU rows measured with a loop the runtime no longer runs for \
+             them (their `variant`; docs/predictors.md)",
+            path.display()
+        );
+    }
+}
+
 /// The sidecar of a dataset that records the full device description: `DATASET.device.json`.
 pub fn device_sidecar(dataset: &Path) -> PathBuf {
     let name = dataset
@@ -767,7 +786,7 @@ fn training_rows(
     speed_base: Option<(&Profile, &str)>,
     latency: dataset::Latency,
 ) -> Result<(Vec<dataset::Row>, String, Vec<dataset::Row>)> {
-    let mut rows = dataset::with_latency(dataset::read(path)?, latency, path)?;
+    let mut rows = dataset::with_latency(read_dataset(path)?, latency, path)?;
     let mut name = file_name_of(path);
     if let Some(percent) = drop_slow_joins {
         let before = rows.len();
@@ -924,7 +943,7 @@ fn cpu_rows_of(
     latency: dataset::Latency,
 ) -> Result<Vec<dataset::Row>> {
     use tandem_predictors::features::is_cpu;
-    let rows = dataset::with_latency(dataset::read(other)?, latency, other)?;
+    let rows = dataset::with_latency(read_dataset(other)?, latency, other)?;
     if let Some(a) = main.first() {
         if let Some(r) = rows.iter().find(|r| r.device != a.device || r.cpu != a.cpu) {
             bail!(
@@ -949,7 +968,8 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     let sizes = SizeBounds::new(args.min_mb, args.max_mb).map_err(anyhow::Error::msg)?;
     let profile = Profile::load(&args.profile)?;
     let latency = profile.provenance.latency;
-    let measurements = dataset::read_measurements(&args.dataset)?;
+    let mut measurements = dataset::read_measurements(&args.dataset)?;
+    say_superseded(dataset::drop_superseded(&mut measurements), &args.dataset);
     let stored = measurements.len();
     let mut rows =
         dataset::with_latency(dataset::pool_repeats(measurements), latency, &args.dataset)
@@ -998,8 +1018,8 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     let others = args
         .pool
         .iter()
-        .map(|p| dataset::with_latency(dataset::read(p)?, latency, p))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|p| Ok(dataset::with_latency(read_dataset(p)?, latency, p)?))
+        .collect::<Result<Vec<_>>>()?;
     if let Some(first) = rows.first() {
         for (path, other) in args.pool.iter().zip(&others) {
             if let Some(r) = other.iter().find(|r| r.device != first.device) {
@@ -1035,7 +1055,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     let floor = match &args.repeat {
         Some(path) => Some(repeatability(
             &rows,
-            &dataset::with_latency(dataset::read(path)?, latency, path)?,
+            &dataset::with_latency(read_dataset(path)?, latency, path)?,
         )),
         None => None,
     };
@@ -1243,7 +1263,7 @@ fn probe_line(
 pub fn calibrate(args: &CalibrateArgs) -> Result<()> {
     let profile = Profile::load(&args.profile)?;
     let rows = dataset::with_latency(
-        dataset::read(&args.dataset)?,
+        read_dataset(&args.dataset)?,
         profile.provenance.latency,
         &args.dataset,
     )

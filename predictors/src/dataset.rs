@@ -21,7 +21,7 @@
 //! Fields holding a comma, a quote or a newline are quoted (`"…"`, quotes doubled). A file that
 //! does not parse gives a [`DatasetError`] naming the file, the line and the field.
 
-use crate::features::Layer;
+use crate::features::{cpu_variant, is_cpu, Layer};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -144,6 +144,15 @@ pub fn with_latency(
         }
     }
     Ok(rows)
+}
+
+/// Leaves out the CPU rows measured with another loop than the one the runtime runs for them
+/// now (their `variant` against [`cpu_variant`]): the measurements of a loop since replaced,
+/// which would teach the predictors its times. Returns how many rows it left out.
+pub fn drop_superseded(rows: &mut Vec<Row>) -> usize {
+    let before = rows.len();
+    rows.retain(|r| !is_cpu(&r.executor) || r.variant == cpu_variant(&r.layer, r.c0, r.c1));
+    before - rows.len()
 }
 
 /// The GPU's dispatch decision as recorded.
@@ -501,10 +510,14 @@ fn parse_row(fields: &[String], columns: usize) -> Result<Row, String> {
 }
 
 /// Reads a dataset (plain CSV, or gzip-compressed when the name ends in `.gz`) with one row
-/// per point: the measurements of a point taken in several passes (`tandem profile
-/// --passes`) are pooled into one ([`pool_repeats`]).
+/// per point of the runtime as it is: the measurements of a point taken in several passes
+/// (`tandem profile --passes`) are pooled into one ([`pool_repeats`]), and the CPU rows of a
+/// loop the runtime has since replaced for them are left out ([`drop_superseded`];
+/// [`read_measurements`] keeps them).
 pub fn read(path: &Path) -> Result<Vec<Row>, DatasetError> {
-    Ok(pool_repeats(read_measurements(path)?))
+    let mut rows = read_measurements(path)?;
+    drop_superseded(&mut rows);
+    Ok(pool_repeats(rows))
 }
 
 /// Reads every row of a dataset as stored, a point measured in several passes once per pass.
@@ -764,6 +777,61 @@ pub(crate) fn test_point(config: &str, c1: usize, ms: f64, probe_ms: f64) -> Row
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_rows_of_a_replaced_loop_are_left_out_and_the_rest_stay() {
+        // A 5x5 depthwise layer of 200x200 pixels: 53 channels of input are 8.09 MiB, over
+        // the runtime's prefetch threshold; 52 are 7.93 MiB, under it.
+        let layer = Layer {
+            op: crate::features::OpKind::Depthwise,
+            n: 1,
+            h: 200,
+            w: 200,
+            cin: 64,
+            oh: 200,
+            ow: 200,
+            cout: 64,
+            kh: 5,
+            kw: 5,
+            stride: 1,
+            pad_t: 2,
+            pad_l: 2,
+            groups: 1,
+        };
+        let cpu = |c1: usize, variant: &str| Row {
+            layer: layer.clone(),
+            executor: "cpu_dwconv_t1".into(),
+            threads: 1,
+            variant: variant.into(),
+            ..test_point("dw", c1, 1.0, 0.0)
+        };
+        let gpu = Row {
+            layer: layer.clone(),
+            executor: "depthwise_generic".into(),
+            c0: 0,
+            variant: "depthwise_generic".into(),
+            ..test_point("dw", 64, 1.0, 0.0)
+        };
+        let mut rows = vec![
+            cpu(52, ""),
+            cpu(53, ""),
+            cpu(64, ""),
+            cpu(53, "prefetch_rows"),
+            cpu(52, "prefetch_rows"),
+            gpu.clone(),
+            test_point("fc", 8, 1.0, 0.0),
+        ];
+        assert_eq!(drop_superseded(&mut rows), 3);
+        assert_eq!(
+            rows,
+            vec![
+                cpu(52, ""),
+                cpu(53, "prefetch_rows"),
+                gpu,
+                test_point("fc", 8, 1.0, 0.0)
+            ]
+        );
+    }
 
     #[test]
     fn repeated_points_pool_at_their_first_place_and_others_stay_as_they_are() {

@@ -371,6 +371,20 @@ pub fn cpu_executor(op: OpKind, threads: usize) -> String {
     format!("cpu_{}_t{threads}", op.name())
 }
 
+/// The CPU loop that runs channels `[c0, c1)` of `layer`, as a dataset's CPU row records it in
+/// `variant`: `"prefetch_rows"` for a depthwise range whose input reaches the runtime's
+/// [`PREFETCH_FROM_BYTES`](tandem_runtime::cpu::depthwise::PREFETCH_FROM_BYTES)
+/// ([`prefetches_rows`](tandem_runtime::cpu::depthwise::prefetches_rows)), otherwise empty:
+/// the one loop every CPU op had when datasets began.
+pub fn cpu_variant(layer: &Layer, c0: usize, c1: usize) -> &'static str {
+    match layer.to_op() {
+        LayerOp::Depthwise(p) if tandem_runtime::cpu::depthwise::prefetches_rows(&p, c0, c1) => {
+            "prefetch_rows"
+        }
+        _ => "",
+    }
+}
+
 /// Whether an executor name is a CPU one.
 pub fn is_cpu(executor: &str) -> bool {
     executor.starts_with("cpu_")

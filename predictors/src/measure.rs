@@ -15,7 +15,7 @@
 //! `G ∈ {4, 8, 16, 32}` that divides `C` and is below it.
 
 use crate::dataset::{self, config_key, Appender, DatasetError, Row};
-use crate::features::{cpu_executor, gpu_executor, record, Layer, OpKind};
+use crate::features::{cpu_executor, cpu_variant, gpu_executor, record, Layer, OpKind};
 use crate::quiet::{gated_rounds, GateStats, MemoryProbe, QuietGate};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -752,6 +752,7 @@ pub fn run(
             .map_err(gpu_err)?;
             for (&cc, timing) in cpu_points.iter().zip(&cpu_rounds.times) {
                 let mut r = base(cpu_executor(layer.op, t), t, 0, cc);
+                r.variant = cpu_variant(layer, 0, cc).to_string();
                 r.ms = timing.median_ms;
                 r.least_ms = timing.least_ms;
                 r.reps = timing.reps;

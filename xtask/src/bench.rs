@@ -320,6 +320,91 @@ pub fn bench_gemm(samples: usize) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask bench dwrows`: the CPU depthwise loop (one thread) with and without prefetching
+/// the next output row's input rows, on large layers from the profiler's fresh sets and on
+/// MobileNet-sized ones that fit the caches, whole. The two take turns, one call each per
+/// round, after a warm-up round; medians of `samples` rounds. The runtime prefetches from
+/// `PREFETCH_FROM_BYTES` of input on (the column "runtime"). Prints a Markdown table.
+pub fn bench_depthwise_rows(samples: usize) -> Result<()> {
+    use std::time::Instant;
+    use tandem_runtime::cpu::depthwise::{
+        depthwise_conv2d_prefetching, prefetches_rows, DepthwiseParams,
+    };
+    use tandem_runtime::cpu::threads::ThreadPool;
+    use tandem_runtime::cpu::Activation;
+    use tandem_runtime::rng::Rng;
+
+    // (H, W, C, kernel, stride), SAME padding.
+    let layers: [(usize, usize, usize, usize, usize); 12] = [
+        (219, 206, 109, 5, 2),
+        (209, 248, 122, 5, 2),
+        (143, 237, 131, 5, 2),
+        (96, 71, 573, 5, 2),
+        (76, 68, 1039, 5, 1),
+        (99, 101, 1023, 7, 2),
+        (110, 103, 802, 3, 1),
+        (199, 132, 766, 3, 1),
+        (112, 112, 96, 3, 2),
+        (56, 56, 144, 3, 1),
+        (28, 28, 512, 5, 1),
+        (14, 14, 960, 3, 1),
+    ];
+    let pool = ThreadPool::new(1);
+    let mut rng = Rng::new(7);
+    println!("| layer (H×W×C, kernel, stride) | input MB | runtime | without (ms) | with (ms) | without / with |");
+    println!("|---|---:|---|---:|---:|---:|");
+    for (h, w, c, k, s) in layers {
+        let (ho, wo) = (h.div_ceil(s), w.div_ceil(s));
+        let pad = |size: usize, out: usize| ((out - 1) * s + k).saturating_sub(size) / 2;
+        let p = DepthwiseParams {
+            input: [1, h, w, c],
+            output: [1, ho, wo, c],
+            kernel: [k, k],
+            stride: [s, s],
+            dilation: [1, 1],
+            pad: [pad(h, ho), pad(w, wo)],
+            multiplier: 1,
+            activation: Activation::None,
+        };
+        let input = rng.uniform(h * w * c, 1.0);
+        let weights = rng.uniform(k * k * c, 1.0);
+        let bias = rng.uniform(c, 1.0);
+        let mut out = vec![0.0; ho * wo * c];
+        let mut times = [Vec::new(), Vec::new()];
+        for round in 0..=samples.max(1) {
+            for (prefetch, times) in [false, true].into_iter().zip(&mut times) {
+                let t = Instant::now();
+                depthwise_conv2d_prefetching(
+                    &input,
+                    &weights,
+                    Some(&bias),
+                    &mut out,
+                    &p,
+                    0,
+                    c,
+                    prefetch,
+                    &pool,
+                );
+                if round > 0 {
+                    times.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        }
+        let [without, with] = times.map(median);
+        println!(
+            "| {h}×{w}×{c}, {k}x{k}, {s} | {:.1} | {} | {without:.3} | {with:.3} | {:.2}x |",
+            (h * w * c * 4) as f64 / (1 << 20) as f64,
+            if prefetches_rows(&p, 0, c) {
+                "with"
+            } else {
+                "without"
+            },
+            without / with
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

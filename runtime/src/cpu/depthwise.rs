@@ -11,6 +11,13 @@
 //! and the border columns skip the taps that fall outside. Other geometries sum, pixel by pixel,
 //! over the taps that land inside the image. The loops are generic Rust, instantiated per
 //! [`Isa`] and chosen at run time.
+//!
+//! A row task reads its input rows once per channel block, so rows that come from memory
+//! rather than the caches cost a miss per block and pixel, one after the other. When a
+//! range's input is large ([`prefetches_rows`]: at least [`PREFETCH_FROM_BYTES`]), each task
+//! first asks the CPU to load the input rows the next output row adds, which then stream in
+//! while the current row computes: 1.2–2x faster on such layers (`docs/benchmarks.md`), and
+//! the same results, since prefetches change no value.
 
 use super::shared::SharedOut;
 use super::simd::{Isa, BASELINE_HAS_FMA};
@@ -76,7 +83,72 @@ pub fn depthwise_conv2d(
     c1: usize,
     pool: &ThreadPool,
 ) {
-    depthwise_conv2d_on(Isa::detect(), input, weights, bias, out, p, c0, c1, pool);
+    let prefetch = prefetches_rows(p, c0, c1);
+    depthwise_conv2d_on(
+        Isa::detect(),
+        input,
+        weights,
+        bias,
+        out,
+        p,
+        c0,
+        c1,
+        prefetch,
+        pool,
+    );
+}
+
+/// [`depthwise_conv2d`] with row prefetching on or off whatever the range's size (benchmarks
+/// of the threshold, `cargo xtask bench dwrows`); the results are the same either way.
+#[allow(clippy::too_many_arguments)]
+pub fn depthwise_conv2d_prefetching(
+    input: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    p: &DepthwiseParams,
+    c0: usize,
+    c1: usize,
+    prefetch: bool,
+    pool: &ThreadPool,
+) {
+    depthwise_conv2d_on(
+        Isa::detect(),
+        input,
+        weights,
+        bias,
+        out,
+        p,
+        c0,
+        c1,
+        prefetch,
+        pool,
+    );
+}
+
+/// Input bytes of a channel range from which [`depthwise_conv2d`] prefetches rows: past the
+/// share of the L3 a layer can count on, where the loop's strided reads otherwise wait on
+/// memory (8 MiB; on the Zen 4 host 1.2–2x faster above it, up to 10% slower on layers that
+/// fit the caches).
+pub const PREFETCH_FROM_BYTES: usize = 8 << 20;
+
+/// Whether [`depthwise_conv2d`] prefetches the input rows of output channels `[c0, c1)` of
+/// `p`: when the input those channels read is at least [`PREFETCH_FROM_BYTES`]. The latency
+/// predictors record it with each measurement (`tandem profile`), since the two loops time
+/// differently.
+pub fn prefetches_rows(p: &DepthwiseParams, c0: usize, c1: usize) -> bool {
+    let [n, h, w, _] = p.input;
+    let multiplier = p.multiplier.max(1);
+    let channels = if c1 > c0 {
+        (c1 - 1) / multiplier + 1 - c0 / multiplier
+    } else {
+        0
+    };
+    n.saturating_mul(h)
+        .saturating_mul(w)
+        .saturating_mul(channels)
+        .saturating_mul(4)
+        >= PREFETCH_FROM_BYTES
 }
 
 /// [`depthwise_conv2d`] with its loops instantiated for `isa`, which must be supported.
@@ -90,6 +162,7 @@ fn depthwise_conv2d_on(
     p: &DepthwiseParams,
     c0: usize,
     c1: usize,
+    prefetch: bool,
     pool: &ThreadPool,
 ) {
     if c0 >= c1 {
@@ -126,6 +199,9 @@ fn depthwise_conv2d_on(
         let (b, oy) = (task / ho, task % ho);
         // SAFETY: each task owns output row oy of image b.
         let dst = unsafe { shared.range((b * ho + oy) * wo * cout, wo * cout) };
+        if prefetch {
+            conv.prefetch_next_row(b, oy);
+        }
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         match isa {
             // SAFETY (both arms): `isa.is_supported()` was asserted above.
@@ -260,6 +336,41 @@ fn row<const V: usize, const P: usize, const FMA: bool>(
 }
 
 impl Conv<'_> {
+    /// Asks the CPU to load the input of channels `[c0, c1)` that output row `oy + 1` of image
+    /// `b` reads and row `oy` does not, into its L2 cache. Prefetches are hints: they change
+    /// no value and never fault.
+    fn prefetch_next_row(&self, b: usize, oy: usize) {
+        let p = self.p;
+        let [_, h, w, cin] = p.input;
+        if oy + 1 >= p.output[1] {
+            return;
+        }
+        let [sy, dy, pt, kh] = [p.stride[0], p.dilation[0], p.pad[0], p.kernel[0]];
+        // Padded row of this row's last tap; `None` when it reads no input row at all.
+        let current_last = taps(oy, sy, dy, pt, kh, h)
+            .last()
+            .map(|ky| oy * sy + ky * dy);
+        let (ci0, ci1) = (self.c0 / p.multiplier, (self.c1 - 1) / p.multiplier + 1);
+        let base = self.input.as_ptr() as usize;
+        for ky in taps(oy + 1, sy, dy, pt, kh, h) {
+            let at = (oy + 1) * sy + ky * dy;
+            if Some(at) <= current_last {
+                continue;
+            }
+            let row = (b * h + at - pt) * w * cin;
+            // Cache lines in address order; a line shared by two pixels is asked for once.
+            let mut next_line = 0;
+            for x in 0..w {
+                let first = (base + (row + x * cin + ci0) * 4) / 64;
+                let last = (base + (row + x * cin + ci1 - 1) * 4) / 64;
+                for line in first.max(next_line)..=last {
+                    prefetch_line(line * 64);
+                }
+                next_line = last + 1;
+            }
+        }
+    }
+
     /// The first channel of the run of full-width blocks in [`row`]: the first channel from
     /// `c0` whose input vectors are `V`-float aligned in every pixel, when the range is wide
     /// enough for the extra block this costs to be cheaper than the split loads it saves;
@@ -566,6 +677,20 @@ impl Conv<'_> {
     }
 }
 
+/// Asks the CPU to bring the cache line at address `at` into its L2 cache; a hint that never
+/// faults and changes no value (nothing on other architectures).
+#[inline(always)]
+fn prefetch_line(at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing architecturally and never faults, whatever the address.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
 /// `L` consecutive values of `data` from index `at`.
 ///
 /// # Safety
@@ -728,11 +853,11 @@ mod tests {
         let pools = [ThreadPool::new(1), ThreadPool::new(2)];
         for isa in Isa::ALL.into_iter().filter(|isa| isa.is_supported()) {
             for pool in &pools {
-                for &(c0, c1) in ranges {
+                for (&(c0, c1), prefetch) in ranges.iter().flat_map(|r| [(r, false), (r, true)]) {
                     let mut out_buffer = vec![f32::NAN; skip_out + n * ho * wo * cout];
                     let got = &mut out_buffer[skip_out..];
                     let b = with_bias.then_some(bias.as_slice());
-                    depthwise_conv2d_on(isa, input, &weights, b, got, p, c0, c1, pool);
+                    depthwise_conv2d_on(isa, input, &weights, b, got, p, c0, c1, prefetch, pool);
                     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                         let ok = if (c0..c1).contains(&(i % cout)) {
                             (a - b).abs() <= 1e-5 * b.abs().max(1.0)
@@ -742,8 +867,9 @@ mod tests {
                         let threads = pool.threads();
                         assert!(
                             ok,
-                            "{isa:?}, {threads} threads, channels {c0}..{c1}, element {i}: got \
-                             {a}, want {b} (NaN outside the range) for {p:?}"
+                            "{isa:?}, {threads} threads, channels {c0}..{c1} (prefetching rows: \
+                             {prefetch}), element {i}: got {a}, want {b} (NaN outside the range) \
+                             for {p:?}"
                         );
                     }
                 }
@@ -933,6 +1059,25 @@ mod tests {
                 &mut rng,
             );
         }
+    }
+
+    #[test]
+    fn rows_are_prefetched_from_the_threshold_on_counting_the_ranges_input_channels() {
+        let mut p = params_3x3(1, 128, 128, 160, 1, true);
+        // 128 · 128 · 4 bytes per input channel: 128 channels are 8 MiB exactly.
+        assert_eq!(PREFETCH_FROM_BYTES, 128 * 128 * 4 * 128);
+        assert!(prefetches_rows(&p, 0, 128));
+        assert!(prefetches_rows(&p, 32, 160));
+        assert!(!prefetches_rows(&p, 0, 127));
+        assert!(!prefetches_rows(&p, 5, 5));
+        // Multiplier 2: output channels 1..257 read input channels 0..=128, 129 of them; 0..255
+        // read 128, 0..254 127.
+        p.input[3] = 160;
+        p.output[3] = 320;
+        p.multiplier = 2;
+        assert!(prefetches_rows(&p, 1, 257));
+        assert!(prefetches_rows(&p, 0, 255));
+        assert!(!prefetches_rows(&p, 0, 254));
     }
 
     #[test]
