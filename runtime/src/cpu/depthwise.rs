@@ -84,18 +84,7 @@ pub fn depthwise_conv2d(
     pool: &ThreadPool,
 ) {
     let prefetch = prefetches_rows(p, c0, c1);
-    depthwise_conv2d_on(
-        Isa::detect(),
-        input,
-        weights,
-        bias,
-        out,
-        p,
-        c0,
-        c1,
-        prefetch,
-        pool,
-    );
+    depthwise_conv2d_prefetching(input, weights, bias, out, p, c0, c1, prefetch, pool);
 }
 
 /// [`depthwise_conv2d`] with row prefetching on or off whatever the range's size (benchmarks
