@@ -16,7 +16,7 @@
 //! rather than the caches cost a miss per block and pixel, one after the other. When a
 //! range's input is large ([`prefetches_rows`]: at least [`PREFETCH_FROM_BYTES`]), each task
 //! first asks the CPU to load the input rows the next output row adds, which then stream in
-//! while the current row computes: 1.2–2x faster on such layers (`docs/benchmarks.md`), and
+//! while the current row computes: up to 1.7x faster on such layers (`docs/benchmarks.md`), and
 //! the same results, since prefetches change no value.
 
 use super::shared::SharedOut;
@@ -117,7 +117,7 @@ pub fn depthwise_conv2d_prefetching(
 
 /// Input bytes of a channel range from which [`depthwise_conv2d`] prefetches rows: past the
 /// share of the L3 a layer can count on, where the loop's strided reads otherwise wait on
-/// memory (8 MiB; on the Zen 4 host 1.2–2x faster above it, up to 10% slower on layers that
+/// memory (8 MiB; on the Zen 4 host 1.0–1.7x faster above it, 8–16% slower on layers that
 /// fit the caches).
 pub const PREFETCH_FROM_BYTES: usize = 8 << 20;
 
