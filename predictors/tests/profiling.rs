@@ -107,6 +107,48 @@ fn profiling_records_the_dispatch_and_resumes() {
     assert_eq!((s.measured, s.out_of_budget), (0, 1));
 }
 
+/// CPU rows record the loop that ran them: a depthwise part whose input reaches the runtime's
+/// prefetch threshold says `prefetch_rows`, a smaller one nothing, and readers keep both.
+#[test]
+fn cpu_rows_record_the_depthwise_loop_that_ran_them() {
+    use tandem_predictors::features::cpu_variant;
+    let mut profiler = profiler();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("d.csv");
+    // 160 × 160 pixels: 4 bytes × 25600 per channel, so 82 channels of 96 reach 8 MiB.
+    let large = measure::spatial(OpKind::Depthwise, 160, 160, 96, 96, 3, 1);
+    let small = measure::spatial(OpKind::Depthwise, 24, 24, 32, 32, 3, 1);
+    let mut p = plan();
+    p.ops = vec![OpKind::Depthwise];
+    p.threads = vec![1];
+    p.points = 4;
+    measure::run(&mut profiler, &out, &[large, small], &p, "cpu", |_| {}).expect("profiling");
+    let rows = dataset::read(&out).expect("dataset");
+    let cpu: Vec<_> = rows.iter().filter(|r| r.threads == 1).collect();
+    assert_eq!(
+        cpu.len(),
+        dataset::read_measurements(&out)
+            .expect("rows")
+            .iter()
+            .filter(|r| r.threads == 1)
+            .count()
+    );
+    for r in &cpu {
+        assert_eq!(
+            r.variant,
+            cpu_variant(&r.layer, r.c0, r.c1),
+            "{} {}..{}",
+            r.config,
+            r.c0,
+            r.c1
+        );
+    }
+    assert!(cpu
+        .iter()
+        .any(|r| r.variant == "prefetch_rows" && r.c1 == 96));
+    assert!(cpu.iter().any(|r| r.variant.is_empty()));
+}
+
 /// With `passes`, every configuration is measured that many times: the file keeps each pass's
 /// rows, readers pool a point's passes into one row, and a run with more passes measures only
 /// the passes still missing.
