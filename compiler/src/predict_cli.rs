@@ -275,20 +275,21 @@ pub struct CalibrateArgs {
     pub min_configs: usize,
 }
 
-/// [`dataset::read`] of `path`, saying how many CPU rows of a loop the runtime has since
-/// replaced it left out.
+/// [`dataset::read`] of `path`, saying how many rows of a CPU loop or GPU launch the runtime
+/// has since replaced it left out.
 fn read_dataset(path: &Path) -> Result<Vec<dataset::Row>> {
     let mut rows = dataset::read_measurements(path)?;
     say_superseded(dataset::drop_superseded(&mut rows), path);
     Ok(dataset::pool_repeats(rows))
 }
 
-/// Says that `dropped` CPU rows of `path` were left out as measurements of a replaced loop.
+/// Says that `dropped` rows of `path` were left out as measurements of a replaced CPU loop or
+/// GPU launch.
 fn say_superseded(dropped: usize, path: &Path) {
     if dropped > 0 {
         eprintln!(
-            "{}: left out {dropped} CPU rows measured with a loop the runtime no longer runs for \
-             them (their `variant`; docs/predictors.md)",
+            "{}: left out {dropped} rows measured with a CPU loop or GPU launch the runtime no \
+             longer runs for them (their `variant`; docs/predictors.md)",
             path.display()
         );
     }

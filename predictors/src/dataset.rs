@@ -6,8 +6,10 @@
 //! `cpu` (the CPU model), `op` (`conv`, `dwconv`, `linear`), `n h w cin oh ow cout kh kw stride
 //! pad_t pad_l` (a linear layer is `n = 1, h = oh = rows, w = ow = 1, cin = depth, cout =
 //! units`, kernel and stride 1), `executor` ([`crate::features::executor`] names), `threads` (CPU
-//! threads, 0 for the GPU), `c0 c1` (the channel range measured), `variant bx by bc wg_x wg_y
-//! wg_z groups grid_x grid_y grid_z` (the GPU's dispatch decision; empty and zeros for the CPU),
+//! threads, 0 for the GPU), `c0 c1` (the channel range measured), `variant` (how the row ran:
+//! the GPU kernel variant, [`crate::features::gpu_variant`]; the CPU loop,
+//! [`crate::features::cpu_variant`]), `bx by bc wg_x wg_y wg_z groups grid_x grid_y grid_z`
+//! (the GPU's dispatch decision; zeros for the CPU),
 //! `ms` (median latency), `reps` (timed repetitions), `sync_ms` (median join of the polling
 //! protocol, measured with the configuration), `conv_groups` (convolution groups: 1 except for
 //! `gconv` rows; `groups` is taken by the GPU's number of work groups), `probe_ms` (the
@@ -21,10 +23,14 @@
 //! Fields holding a comma, a quote or a newline are quoted (`"…"`, quotes doubled). A file that
 //! does not parse gives a [`DatasetError`] naming the file, the line and the field.
 
-use crate::features::{cpu_variant, is_cpu, Layer};
+use crate::features::{
+    cpu_variant, gpu_channels_inner, gpu_executor, is_cpu, Layer, OpKind, CHANNELS_INNER_SUFFIX,
+    CHANNELS_OUTER_SUFFIX,
+};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use tandem_runtime::gpu::dispatch::Variant;
 
 /// The columns of a dataset, in order.
 pub const COLUMNS: [&str; 37] = [
@@ -146,13 +152,37 @@ pub fn with_latency(
     Ok(rows)
 }
 
-/// Leaves out the CPU rows measured with another loop than the one the runtime runs for them
-/// now (their `variant` against [`cpu_variant`]): the measurements of a loop since replaced,
-/// which would teach the predictors its times. Returns how many rows it left out.
+/// Leaves out the rows measured with another loop or launch than the runtime runs for them now
+/// ([`is_current`]): measurements of kernels since replaced, which would teach the predictors
+/// their times. Returns how many rows it left out.
 pub fn drop_superseded(rows: &mut Vec<Row>) -> usize {
     let before = rows.len();
-    rows.retain(|r| !is_cpu(&r.executor) || r.variant == cpu_variant(&r.layer, r.c0, r.c1));
+    rows.retain(is_current);
     before - rows.len()
+}
+
+/// Whether `r` measured the loop (CPU) or launch (GPU) the runtime runs for it now. CPU rows:
+/// their `variant` is [`cpu_variant`]'s loop. GPU depthwise rows: their recorded grid order
+/// ([`CHANNELS_INNER_SUFFIX`], [`CHANNELS_OUTER_SUFFIX`]) is [`gpu_channels_inner`]'s; of the
+/// rows measured before the order was recorded (the bare kernel name), only `depthwise_3x3`
+/// ones of a part launched channels-outermost, which times as it did then, while
+/// `depthwise_generic`'s kernel runs 8–11% faster since the launch order became a build option
+/// (`docs/predictors.md`, *The GPU launch of a row*). Other GPU rows are current.
+pub fn is_current(r: &Row) -> bool {
+    if is_cpu(&r.executor) {
+        return r.variant == cpu_variant(&r.layer, r.c0, r.c1);
+    }
+    if r.layer.op != OpKind::Depthwise {
+        return true;
+    }
+    let inner = gpu_channels_inner(&r.layer, r.c0, r.c1);
+    if r.variant.ends_with(CHANNELS_INNER_SUFFIX) {
+        inner
+    } else if r.variant.ends_with(CHANNELS_OUTER_SUFFIX) {
+        !inner
+    } else {
+        !inner && r.executor == gpu_executor(OpKind::Depthwise, Variant::Depthwise3x3)
+    }
 }
 
 /// The GPU's dispatch decision as recorded.
@@ -175,7 +205,10 @@ pub struct Row {
     pub threads: usize,
     pub c0: usize,
     pub c1: usize,
-    /// The GPU kernel variant (empty for the CPU).
+    /// How the row ran: the GPU kernel variant's name, with
+    /// [`CHANNELS_INNER_SUFFIX`] for a depthwise part launched channels-innermost
+    /// ([`crate::features::gpu_variant`]); the CPU's loop ([`cpu_variant`]: empty, or
+    /// `prefetch_rows`).
     pub variant: String,
     pub dispatch: DispatchRecord,
     pub ms: f64,
@@ -511,8 +544,8 @@ fn parse_row(fields: &[String], columns: usize) -> Result<Row, String> {
 
 /// Reads a dataset (plain CSV, or gzip-compressed when the name ends in `.gz`) with one row
 /// per point of the runtime as it is: the measurements of a point taken in several passes
-/// (`tandem profile --passes`) are pooled into one ([`pool_repeats`]), and the CPU rows of a
-/// loop the runtime has since replaced for them are left out ([`drop_superseded`];
+/// (`tandem profile --passes`) are pooled into one ([`pool_repeats`]), and the rows of a CPU
+/// loop or GPU launch the runtime has since replaced for them are left out ([`drop_superseded`];
 /// [`read_measurements`] keeps them).
 pub fn read(path: &Path) -> Result<Vec<Row>, DatasetError> {
     let mut rows = read_measurements(path)?;
@@ -779,9 +812,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_rows_of_a_replaced_loop_are_left_out_and_the_rest_stay() {
+    fn rows_of_a_replaced_loop_or_launch_are_left_out_and_the_rest_stay() {
         // A 5x5 depthwise layer of 200x200 pixels: 53 channels of input are 8.09 MiB, over
-        // the runtime's prefetch threshold; 52 are 7.93 MiB, under it.
+        // the runtime's prefetch threshold; 52 are 7.93 MiB, under it. On the GPU, 27 channels
+        // (4.12 MiB) launch channels-innermost, 26 (3.97 MiB) do not.
         let layer = Layer {
             op: crate::features::OpKind::Depthwise,
             n: 1,
@@ -805,29 +839,59 @@ mod tests {
             variant: variant.into(),
             ..test_point("dw", c1, 1.0, 0.0)
         };
-        let gpu = Row {
+        let gpu = |g: usize, variant: &str| Row {
             layer: layer.clone(),
             executor: "depthwise_generic".into(),
-            c0: 0,
-            variant: "depthwise_generic".into(),
+            c0: 64 - g,
+            variant: variant.into(),
             ..test_point("dw", 64, 1.0, 0.0)
         };
+        let layer3 = Layer {
+            kh: 3,
+            kw: 3,
+            pad_t: 1,
+            pad_l: 1,
+            ..layer.clone()
+        };
+        let gpu3 = |g: usize, variant: &str| Row {
+            layer: layer3.clone(),
+            executor: "depthwise_3x3".into(),
+            variant: variant.into(),
+            ..gpu(g, "")
+        };
+        let (inner, outer) = (
+            "depthwise_generic/channels_inner",
+            "depthwise_generic/channels_outer",
+        );
         let mut rows = vec![
             cpu(52, ""),
             cpu(53, ""),
             cpu(64, ""),
             cpu(53, "prefetch_rows"),
             cpu(52, "prefetch_rows"),
-            gpu.clone(),
+            gpu(64, "depthwise_generic"),
+            gpu(64, inner),
+            gpu(27, inner),
+            gpu(27, "depthwise_generic"),
+            gpu(26, "depthwise_generic"),
+            gpu(26, inner),
+            gpu(26, outer),
+            gpu3(26, "depthwise_3x3"),
+            gpu3(27, "depthwise_3x3"),
             test_point("fc", 8, 1.0, 0.0),
         ];
-        assert_eq!(drop_superseded(&mut rows), 3);
+        assert_eq!(drop_superseded(&mut rows), 8);
+        // Kept: the current loops and launches, depthwise_3x3's bare rows of a part launched
+        // channels-outermost (that kernel times as before), and rows of other ops.
         assert_eq!(
             rows,
             vec![
                 cpu(52, ""),
                 cpu(53, "prefetch_rows"),
-                gpu,
+                gpu(64, inner),
+                gpu(27, inner),
+                gpu(26, outer),
+                gpu3(26, "depthwise_3x3"),
                 test_point("fc", 8, 1.0, 0.0)
             ]
         );

@@ -385,6 +385,43 @@ pub fn cpu_variant(layer: &Layer, c0: usize, c1: usize) -> &'static str {
     }
 }
 
+/// What a GPU row's `variant` ends with when its depthwise part launched with the channel blocks
+/// innermost ([`gpu_variant`]).
+pub const CHANNELS_INNER_SUFFIX: &str = "/channels_inner";
+
+/// What a GPU row's `variant` ends with when its depthwise part launched with the channel blocks
+/// outermost ([`gpu_variant`]).
+pub const CHANNELS_OUTER_SUFFIX: &str = "/channels_outer";
+
+/// The GPU launch that runs channels `[c0, c1)` of `layer` with kernel `variant`, as a
+/// dataset's GPU row records it in `variant`: the kernel variant's name, and for a depthwise
+/// part the grid order the runtime launches it with
+/// ([`depthwise_channels_inner`](tandem_runtime::gpu::dispatch::depthwise_channels_inner)):
+/// [`CHANNELS_INNER_SUFFIX`] or [`CHANNELS_OUTER_SUFFIX`]. Depthwise rows measured before the
+/// order existed carry the bare name.
+pub fn gpu_variant(layer: &Layer, variant: Variant, c0: usize, c1: usize) -> String {
+    let mut name = variant.name().to_string();
+    if layer.op == OpKind::Depthwise {
+        name.push_str(if gpu_channels_inner(layer, c0, c1) {
+            CHANNELS_INNER_SUFFIX
+        } else {
+            CHANNELS_OUTER_SUFFIX
+        });
+    }
+    name
+}
+
+/// Whether the runtime launches the GPU part `[c0, c1)` of `layer` channels-innermost (only
+/// depthwise parts ever are).
+pub fn gpu_channels_inner(layer: &Layer, c0: usize, c1: usize) -> bool {
+    match layer.to_op() {
+        LayerOp::Depthwise(p) => {
+            tandem_runtime::gpu::dispatch::depthwise_channels_inner(&p, c0..c1)
+        }
+        _ => false,
+    }
+}
+
 /// Whether an executor name is a CPU one.
 pub fn is_cpu(executor: &str) -> bool {
     executor.starts_with("cpu_")

@@ -332,6 +332,12 @@ mod tests {
         let (pt, pl) = (l.pad_t as i64, l.pad_l as i64);
         let partial = |co: usize| !(co >= c0 && co + bc <= c1);
         let mut c = vec![0usize; names(d.variant).len()];
+        // A depthwise grid is (x, rows, blocks), or (blocks, x, rows) launched channels-innermost.
+        let (x_dim, blocks_dim) = if crate::features::gpu_channels_inner(l, c0, c1) {
+            (d.grid[1], d.grid[0])
+        } else {
+            (d.grid[0], d.grid[2])
+        };
         match d.variant {
             Variant::ConvGeneric => {
                 for gx in 0..d.grid[0] {
@@ -391,7 +397,7 @@ mod tests {
                 }
             }
             Variant::DepthwiseGeneric => {
-                for gz in 0..d.grid[2] {
+                for gz in 0..blocks_dim {
                     let co = d.c_start + gz * bc;
                     if co >= c1 {
                         continue;
@@ -415,9 +421,9 @@ mod tests {
                 }
             }
             Variant::Depthwise3x3 => {
-                for gx in 0..d.grid[0] {
+                for gx in 0..x_dim {
                     for gy in 0..l.n * l.oh {
-                        for gz in 0..d.grid[2] {
+                        for gz in 0..blocks_dim {
                             let ox0 = gx * bx;
                             let oy = gy % l.oh;
                             let co = d.c_start + gz * bc;
@@ -569,6 +575,43 @@ mod tests {
                     .collect::<Vec<_>>(),
                 "{l:?} channels {c0}..{c1}: {d:?}"
             );
+        }
+        // Parts large enough to launch channels-innermost (few channels, so the walk stays short).
+        for (hw, cin, cout, k, stride) in [
+            (300, 13, 13, 3, 1),
+            (260, 20, 20, 5, 2),
+            (250, 18, 36, 3, 1),
+        ] {
+            let pad = (k - 1) / 2;
+            let out = (hw + 2 * pad - k) / stride + 1;
+            let l = Layer {
+                op: OpKind::Depthwise,
+                n: 1,
+                h: hw,
+                w: hw,
+                cin,
+                oh: out,
+                ow: out,
+                cout,
+                kh: k,
+                kw: k,
+                stride,
+                pad_t: pad,
+                pad_l: pad,
+                groups: 1,
+            };
+            assert!(crate::features::gpu_channels_inner(&l, 0, cout), "{l:?}");
+            for (c0, c1) in [(0, cout), (1, cout), (0, cout - 3)] {
+                let d = dispatch(l.to_op().gpu_op(), c0..c1, &device);
+                assert_eq!(
+                    counts(&l, d.variant, d.block, c0, c1),
+                    walk(&l, &d, c0, c1)
+                        .into_iter()
+                        .map(|v| v as f64)
+                        .collect::<Vec<_>>(),
+                    "{l:?} channels {c0}..{c1}: {d:?}"
+                );
+            }
         }
         // Every kernel with counts was reached.
         for v in Variant::ALL {

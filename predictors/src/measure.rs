@@ -15,7 +15,9 @@
 //! `G ∈ {4, 8, 16, 32}` that divides `C` and is below it.
 
 use crate::dataset::{self, config_key, Appender, DatasetError, Row};
-use crate::features::{cpu_executor, cpu_variant, gpu_executor, record, Layer, OpKind};
+use crate::features::{
+    cpu_executor, cpu_variant, gpu_executor, gpu_variant, record, Layer, OpKind,
+};
 use crate::quiet::{gated_rounds, GateStats, MemoryProbe, QuietGate};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -726,7 +728,7 @@ pub fn run(
         };
         for ((&g, d), t) in gpu_points.iter().zip(&dispatches).zip(&gpu_rounds.times) {
             let mut r = base(gpu_executor(layer.op, d.variant), 0, c - g, c);
-            r.variant = d.variant.name().to_string();
+            r.variant = gpu_variant(layer, d.variant, c - g, c);
             r.dispatch = record(d);
             r.ms = t.median_ms;
             r.least_ms = t.least_ms;

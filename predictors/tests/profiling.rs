@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 use tandem_predictors::dataset::{self, config_key};
-use tandem_predictors::features::{gpu_features, record, Layer, OpKind};
+use tandem_predictors::features::{self, gpu_features, record, Layer, OpKind};
 use tandem_predictors::measure::{self, Limits, Plan};
 use tandem_runtime::profile::{MeasureOptions, Profiler};
 
@@ -86,8 +86,11 @@ fn profiling_records_the_dispatch_and_resumes() {
     for r in rows.iter().filter(|r| r.threads == 0) {
         assert!(r.ms > 0.0 && r.sync_ms > 0.0);
         let (d, _) = gpu_features(&r.layer, r.c1 - r.c0, &dev);
-        assert_eq!(d.variant.name(), r.variant);
-        assert_eq!(r.executor, r.variant);
+        assert_eq!(
+            features::gpu_variant(&r.layer, d.variant, r.c0, r.c1),
+            r.variant
+        );
+        assert_eq!(r.executor, d.variant.name());
         assert_eq!(record(&d), r.dispatch, "{}", r.config);
     }
 
@@ -107,10 +110,11 @@ fn profiling_records_the_dispatch_and_resumes() {
     assert_eq!((s.measured, s.out_of_budget), (0, 1));
 }
 
-/// CPU rows record the loop that ran them: a depthwise part whose input reaches the runtime's
-/// prefetch threshold says `prefetch_rows`, a smaller one nothing, and readers keep both.
+/// Rows record the loop or launch that ran them: a CPU depthwise part whose input reaches the
+/// runtime's prefetch threshold says `prefetch_rows`, a smaller one nothing; a GPU one its grid
+/// order; and readers keep them all.
 #[test]
-fn cpu_rows_record_the_depthwise_loop_that_ran_them() {
+fn rows_record_the_depthwise_loop_and_launch_that_ran_them() {
     use tandem_predictors::features::cpu_variant;
     let mut profiler = profiler();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -147,6 +151,30 @@ fn cpu_rows_record_the_depthwise_loop_that_ran_them() {
         .iter()
         .any(|r| r.variant == "prefetch_rows" && r.c1 == 96));
     assert!(cpu.iter().any(|r| r.variant.is_empty()));
+    // GPU rows record the grid order: 41 channels of the large layer reach 4 MiB, from where
+    // its parts launch channels-innermost.
+    let gpu: Vec<_> = rows.iter().filter(|r| r.threads == 0).collect();
+    for r in &gpu {
+        assert_eq!(
+            r.variant,
+            features::gpu_variant(&r.layer, variant_of(&r.executor), r.c0, r.c1),
+            "{} {}..{}",
+            r.config,
+            r.c0,
+            r.c1
+        );
+    }
+    assert!(gpu
+        .iter()
+        .any(|r| r.variant.ends_with("/channels_inner") && r.c1 - r.c0 == 96));
+    assert!(gpu
+        .iter()
+        .any(|r| r.variant.ends_with("/channels_outer") && r.layer.h == 24));
+}
+
+/// The kernel variant a GPU executor runs.
+fn variant_of(executor: &str) -> tandem_runtime::gpu::dispatch::Variant {
+    features::executor_variant(executor).expect("a GPU executor")
 }
 
 /// With `passes`, every configuration is measured that many times: the file keeps each pass's

@@ -1,11 +1,12 @@
 //! Times one convolution or fully-connected layer on the OpenCL device alone (GPU-only step),
 //! for tuning the kernels: `cargo run --release -p tandem-runtime --example gpu_layer --
-//! conv H W CIN COUT K STRIDE` or `-- fc ROWS DEPTH UNITS`. Prints the dispatch, the median
+//! conv H W CIN COUT K STRIDE`, `-- dw H W C K STRIDE` or `-- fc ROWS DEPTH UNITS`. Prints the dispatch, the median
 //! latency and GFLOP/s. Set `POCL_MAX_PTHREAD_COUNT=1` for the one-core setting.
 
 use std::time::Instant;
 use tandem_runtime::artifact::{Artifact, Kernel, Placement, Step, Storage, TensorDesc};
 use tandem_runtime::cpu::conv::ConvParams;
+use tandem_runtime::cpu::depthwise::DepthwiseParams;
 use tandem_runtime::cpu::fully_connected::FullyConnectedParams;
 use tandem_runtime::cpu::Activation;
 use tandem_runtime::gpu::device::GpuDevice;
@@ -47,6 +48,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             vec![rows, units],
             rng.uniform(units * depth, 0.1),
             2.0 * (rows * depth * units) as f64,
+        )
+    } else if kind == "dw" {
+        let (h, w, c, k, s) = (args[0], args[1], args[2], args[3], args[4]);
+        let (oh, ow) = (h.div_ceil(s), w.div_ceil(s));
+        let pad = |i: usize, o: usize| ((o - 1) * s + k).saturating_sub(i) / 2;
+        let p = DepthwiseParams {
+            input: [1, h, w, c],
+            output: [1, oh, ow, c],
+            kernel: [k, k],
+            stride: [s, s],
+            dilation: [1, 1],
+            pad: [pad(h, oh), pad(w, ow)],
+            multiplier: 1,
+            activation: Activation::Relu,
+        };
+        (
+            Kernel::DepthwiseConv2d(p),
+            vec![1, h, w, c],
+            vec![1, oh, ow, c],
+            rng.uniform(k * k * c, 0.1),
+            2.0 * (oh * ow * c * k * k) as f64,
         )
     } else {
         let (h, w, cin, cout, k, s) = (args[0], args[1], args[2], args[3], args[4], args[5]);

@@ -30,7 +30,7 @@ use crate::cpu::depthwise::{depthwise_conv2d, DepthwiseParams};
 use crate::cpu::fully_connected::{fully_connected, FullyConnectedParams};
 use crate::cpu::threads::ThreadPool;
 use crate::gpu::device::{DeviceInfo, GpuDevice};
-use crate::gpu::dispatch::{Dispatch, GpuOp, Variant};
+use crate::gpu::dispatch::{DepthwiseGrid, Dispatch, GpuOp, Variant};
 use crate::gpu::launch::{decide, ArenaMem, GpuBackend};
 use crate::gpu::layout::gpu_constants;
 use crate::gpu::memory::{Arena, Flags, ABORT, CPU_DONE, GPU_DONE};
@@ -404,6 +404,15 @@ impl Profiler {
         })
     }
 
+    /// How the depthwise parts measured from now on order their grid: by size (the runtime's
+    /// choice, the default) or one order for every part, for `cargo xtask bench dwgrid`. The
+    /// dispatch [`LayerBench::gpu`] returns is the by-size one either way.
+    pub fn set_depthwise_grid(&mut self, grid: DepthwiseGrid) {
+        if let Some(backend) = self.backend.as_mut() {
+            backend.depthwise_grid = grid;
+        }
+    }
+
     /// Prepares `op` for measurement: random weights and input (from `seed`), the CPU weights,
     /// and the GPU weights of every kernel variant the GPU channel counts `gpu_counts` dispatch
     /// to (uploaded once).
@@ -467,10 +476,16 @@ impl Profiler {
             .backend
             .take()
             .ok_or_else(|| GpuError::Device("the profiler lost its device".into()))?;
-        let GpuBackend { dev, programs, .. } = old;
+        let GpuBackend {
+            dev,
+            programs,
+            depthwise_grid,
+            ..
+        } = old;
         let mut arena = Arena::svm(&dev.context, arena_bytes.max(64))?;
         let mut backend = GpuBackend::new(dev, &artifact)?;
         backend.programs = programs;
+        backend.depthwise_grid = depthwise_grid;
         self.backend = Some(backend);
         for (offset, values) in inputs {
             arena.slice(offset, values.len()).copy_from_slice(&values);
@@ -751,6 +766,11 @@ impl LayerBench<'_> {
             g,
             options,
         )
+    }
+
+    /// [`Profiler::set_depthwise_grid`] between measurements of this layer.
+    pub fn set_depthwise_grid(&mut self, grid: DepthwiseGrid) {
+        self.profiler.set_depthwise_grid(grid);
     }
 
     /// Times output channels `[0, c)` on the CPU with `threads` threads.

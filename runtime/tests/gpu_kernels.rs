@@ -15,7 +15,9 @@ use tandem_runtime::cpu::fully_connected::FullyConnectedParams;
 use tandem_runtime::cpu::transpose_conv::{pack_transpose_conv_weights, TransposeConvParams};
 use tandem_runtime::cpu::Activation;
 use tandem_runtime::gpu::device::{DeviceInfo, GpuDevice};
-use tandem_runtime::gpu::dispatch::{vector_width, GpuOp, Variant};
+use tandem_runtime::gpu::dispatch::{
+    depthwise_channels_inner, vector_width, GpuOp, Variant, CHANNELS_INNER_FROM_BYTES,
+};
 use tandem_runtime::gpu::launch::{decide, split_channels};
 use tandem_runtime::gpu::layout::gpu_constants;
 use tandem_runtime::npy::NpyArray;
@@ -600,6 +602,48 @@ fn depthwise_variants_match_the_cpu() {
             "case {i}"
         );
         check(case, &mut rng, &format!("depthwise case {i}"));
+    }
+}
+
+/// Parts whose input reaches `CHANNELS_INNER_FROM_BYTES` launch with the channel blocks
+/// innermost; the splits `check` runs put both launch orders in one layer (the whole layer and
+/// `C - 1` GPU channels past the threshold, 8 and 1 below it).
+#[test]
+fn large_depthwise_parts_launch_channels_inner_and_match_the_cpu() {
+    let dev = device();
+    let mut rng = Rng::new(17);
+    let cases = [
+        (
+            depthwise_case(&mut rng, [128, 130], 68, 1, 3, 1, 1, true),
+            Variant::Depthwise3x3,
+        ),
+        (
+            depthwise_case(&mut rng, [90, 97], 124, 1, 5, 2, 1, true),
+            Variant::DepthwiseGeneric,
+        ),
+        (
+            depthwise_case(&mut rng, [120, 121], 75, 2, 3, 1, 1, false),
+            Variant::DepthwiseGeneric,
+        ),
+    ];
+    for (i, (case, variant)) in cases.iter().enumerate() {
+        let Kernel::DepthwiseConv2d(p) = &case.kernel else {
+            unreachable!("depthwise cases")
+        };
+        let c = p.output[3];
+        assert!(
+            p.range_input_bytes(0, c) >= CHANNELS_INNER_FROM_BYTES,
+            "case {i}"
+        );
+        assert!(depthwise_channels_inner(p, 0..c), "case {i}");
+        assert!(!depthwise_channels_inner(p, c - 8..c), "case {i}");
+        let d = decide(&case.kernel, 0..c, &dev);
+        assert_eq!(d.variant, *variant, "case {i}");
+        assert_eq!(
+            d.grid[0],
+            c.div_ceil(8).div_ceil(d.work_group[0]) * d.work_group[0]
+        );
+        check(case, &mut rng, &format!("large depthwise case {i}"));
     }
 }
 

@@ -405,6 +405,98 @@ pub fn bench_depthwise_rows(samples: usize) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask bench dwgrid`: GPU depthwise parts (PoCL, one thread, the GPU side's core)
+/// launched with the channel blocks outermost (the device walks the image once per 8-channel
+/// block) and innermost (once in all), on MobileNet-sized layers that fit the caches and on large
+/// layers like the profiler's, whole and half. The two take turns, one measurement each per round
+/// (the fastest of its repetitions, as the profiler's `least_ms`); medians of `samples` rounds.
+/// The runtime launches channels-innermost from `CHANNELS_INNER_FROM_BYTES` of input on (the
+/// column "runtime"). Prints a Markdown table.
+pub fn bench_depthwise_grid(samples: usize) -> Result<()> {
+    use anyhow::Context;
+    use std::time::Duration;
+    use tandem_runtime::cpu::depthwise::DepthwiseParams;
+    use tandem_runtime::cpu::Activation;
+    use tandem_runtime::gpu::dispatch::{depthwise_channels_inner, DepthwiseGrid};
+    use tandem_runtime::profile::{LayerOp, MeasureOptions, Profiler};
+
+    // (H, W, C, kernel, stride), SAME padding.
+    let layers: [(usize, usize, usize, usize, usize); 14] = [
+        (56, 56, 144, 3, 1),
+        (28, 28, 192, 3, 1),
+        (14, 14, 960, 3, 1),
+        (40, 40, 256, 3, 1),
+        (28, 28, 512, 5, 1),
+        (120, 120, 64, 3, 1),
+        (112, 112, 96, 3, 2),
+        (80, 80, 256, 3, 1),
+        (56, 56, 512, 5, 1),
+        (60, 60, 600, 3, 2),
+        (100, 100, 512, 5, 2),
+        (84, 102, 1134, 3, 1),
+        (64, 64, 2048, 3, 1),
+        (150, 150, 384, 7, 1),
+    ];
+    // SAFETY: no other thread exists yet in this process; OpenCL has not started.
+    unsafe { tandem_runtime::profile::limit_pocl_threads() };
+    let mut profiler =
+        Profiler::open(true).context("bench dwgrid needs an OpenCL device (pocl-opencl-icd)")?;
+    let options = MeasureOptions {
+        warmup: 2,
+        min_reps: 5,
+        max_reps: 15,
+        target_ms: 30.0,
+        deadline: Duration::from_secs(20),
+        gpu_from_idle: false,
+    };
+    println!(
+        "| layer (H×W×C, kernel, stride) | GPU channels | input MB | runtime | outermost (ms) | innermost (ms) | outermost / innermost |"
+    );
+    println!("|---|---:|---:|---|---:|---:|---:|");
+    for (h, w, c, k, s) in layers {
+        let (ho, wo) = (h.div_ceil(s), w.div_ceil(s));
+        let pad = |size: usize, out: usize| ((out - 1) * s + k).saturating_sub(size) / 2;
+        let p = DepthwiseParams {
+            input: [1, h, w, c],
+            output: [1, ho, wo, c],
+            kernel: [k, k],
+            stride: [s, s],
+            dilation: [1, 1],
+            pad: [pad(h, ho), pad(w, wo)],
+            multiplier: 1,
+            activation: Activation::None,
+        };
+        let half = c / 16 * 8;
+        let op = LayerOp::Depthwise(p.clone());
+        let mut bench = profiler.layer(&op, &[c, half], 7)?;
+        for g in [c, half] {
+            let mut times = [Vec::new(), Vec::new()];
+            for _ in 0..samples.max(1) {
+                for (grid, times) in [DepthwiseGrid::ChannelsOuter, DepthwiseGrid::ChannelsInner]
+                    .into_iter()
+                    .zip(&mut times)
+                {
+                    bench.set_depthwise_grid(grid);
+                    times.push(bench.gpu(g, &options)?.1.least_ms);
+                }
+            }
+            let [outer, inner] = times.map(median);
+            println!(
+                "| {h}×{w}×{c}, {k}x{k}, {s} | {g} | {:.1} | {} | {outer:.3} | {inner:.3} | {:.2}x |",
+                p.range_input_bytes(c - g, c) as f64 / (1 << 20) as f64,
+                if depthwise_channels_inner(&p, c - g..c) {
+                    "innermost"
+                } else {
+                    "outermost"
+                },
+                outer / inner
+            );
+        }
+        bench.set_depthwise_grid(DepthwiseGrid::BySize);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,12 +69,13 @@ enum Task {
     /// `sync`: per-wait CPU–GPU synchronisation overhead, SVM polling against event waits;
     /// `gemm`: the packed-weight GEMM kernels against the `gemm` crate, GFLOP/s;
     /// `dwrows`: the CPU depthwise loop with and without prefetching rows, large and small layers;
+    /// `dwgrid`: GPU depthwise parts with the channel blocks outermost and innermost in the grid;
     /// `predictors`: time to sweep every candidate split of a layer with the shipped profile;
     /// `coexec`: planned and grid-search splits against single devices, per layer and end to
     /// end on resnet18, resnet34, inception_v3, vgg16; writes docs/evaluation.md).
     Bench {
-        /// What to benchmark: `cpu`, `gemm`, `dwrows`, `depthwise`, `sync`, `predictors` or
-        /// `coexec`.
+        /// What to benchmark: `cpu`, `gemm`, `dwrows`, `dwgrid`, `depthwise`, `sync`,
+        /// `predictors` or `coexec`.
         what: String,
         /// Zoo models (default: mobilenet_v2, resnet18, resnet34, inception_v3, vgg16).
         #[arg(long, value_delimiter = ',')]
@@ -184,6 +185,10 @@ fn run(task: Task) -> Result<()> {
                 "cpu" => {}
                 "gemm" => return bench::bench_gemm(10 * rounds),
                 "dwrows" => return bench::bench_depthwise_rows(10 * rounds),
+                "dwgrid" => {
+                    setup::opencl()?;
+                    return bench::bench_depthwise_grid(2 * rounds);
+                }
                 "depthwise" => {
                     if !quick {
                         setup::opencl()?;
@@ -207,7 +212,7 @@ fn run(task: Task) -> Result<()> {
                     return bench_sync::bench_sync(&root, rounds.max(3) * runs.max(1) * 4, json);
                 }
                 _ => anyhow::bail!(
-                    "unknown benchmark '{what}'; available: cpu, gemm, dwrows, depthwise, sync, predictors, coexec"
+                    "unknown benchmark '{what}'; available: cpu, gemm, dwrows, dwgrid, depthwise, sync, predictors, coexec"
                 ),
             }
             let models = if models.is_empty() {

@@ -44,6 +44,22 @@ pub struct DepthwiseParams {
 }
 
 impl DepthwiseParams {
+    /// Bytes of the input that output channels `[c0, c1)` read (input channels
+    /// `c0 / multiplier ..= (c1 - 1) / multiplier` over every pixel); 0 for an empty range.
+    pub fn range_input_bytes(&self, c0: usize, c1: usize) -> usize {
+        let [n, h, w, _] = self.input;
+        let multiplier = self.multiplier.max(1);
+        let channels = if c1 > c0 {
+            (c1 - 1) / multiplier + 1 - c0 / multiplier
+        } else {
+            0
+        };
+        n.saturating_mul(h)
+            .saturating_mul(w)
+            .saturating_mul(channels)
+            .saturating_mul(4)
+    }
+
     /// Checks the geometry is consistent; the message says what is not.
     pub fn validate(&self) -> Result<(), String> {
         let [n, _, _, ci] = self.input;
@@ -126,18 +142,7 @@ pub const PREFETCH_FROM_BYTES: usize = 8 << 20;
 /// predictors record it with each measurement (`tandem profile`), since the two loops time
 /// differently.
 pub fn prefetches_rows(p: &DepthwiseParams, c0: usize, c1: usize) -> bool {
-    let [n, h, w, _] = p.input;
-    let multiplier = p.multiplier.max(1);
-    let channels = if c1 > c0 {
-        (c1 - 1) / multiplier + 1 - c0 / multiplier
-    } else {
-        0
-    };
-    n.saturating_mul(h)
-        .saturating_mul(w)
-        .saturating_mul(channels)
-        .saturating_mul(4)
-        >= PREFETCH_FROM_BYTES
+    p.range_input_bytes(c0, c1) >= PREFETCH_FROM_BYTES
 }
 
 /// [`depthwise_conv2d`] with its loops instantiated for `isa`, which must be supported.

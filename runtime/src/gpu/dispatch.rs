@@ -136,6 +136,56 @@ fn constants_fit(p: &ConvParams, device: &DeviceInfo) -> bool {
     p.group_in() <= 4 && bytes <= limit
 }
 
+/// Input bytes of a depthwise part from which its kernel launches with the channel blocks in
+/// grid dimension 0 ([`depthwise_channels_inner`]): 4 MiB. Measured on PoCL (one thread, Zen 4
+/// host, `cargo xtask bench dwgrid`, two runs): channels-innermost is 1.04–3.1x faster on the
+/// parts past it but a 7x7 one (0.89–1.02x), and 1–14% slower on 3x3 stride-1 layers that fit
+/// the caches, where the pixel-major walk keeps a block's weights.
+pub const CHANNELS_INNER_FROM_BYTES: usize = 4 << 20;
+
+/// Whether the GPU part computing output channels `channels` of depthwise layer `p` launches
+/// with the channel blocks innermost (grid `(blocks, x, n * oh)`: a work group spans the
+/// channels of a few pixels, and the device walks the image once) rather than outermost (grid
+/// `(x, n * oh, blocks)`: the device walks the whole image once per 8-channel block, reading
+/// each pixel's block at the channel stride, from memory when the image is past the caches).
+/// Channels-innermost when the input the part reads reaches [`CHANNELS_INNER_FROM_BYTES`]. The
+/// latency predictors record it with each measurement (`tandem profile`): the two walks time
+/// differently.
+pub fn depthwise_channels_inner(p: &DepthwiseParams, channels: Range<usize>) -> bool {
+    p.range_input_bytes(channels.start, channels.end) >= CHANNELS_INNER_FROM_BYTES
+}
+
+/// How depthwise parts order their grid: by size (what sessions run), or one order whatever
+/// the size (`cargo xtask bench dwgrid` times both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DepthwiseGrid {
+    /// [`depthwise_channels_inner`].
+    #[default]
+    BySize,
+    ChannelsInner,
+    ChannelsOuter,
+}
+
+impl DepthwiseGrid {
+    /// Whether the part computing output channels `channels` of `p` launches channels-innermost.
+    pub fn channels_inner(self, p: &DepthwiseParams, channels: Range<usize>) -> bool {
+        match self {
+            DepthwiseGrid::BySize => depthwise_channels_inner(p, channels),
+            DepthwiseGrid::ChannelsInner => true,
+            DepthwiseGrid::ChannelsOuter => false,
+        }
+    }
+}
+
+/// A depthwise grid `(x, rows, blocks)`, reordered to `(blocks, x, rows)` when `inner`.
+fn depthwise_grid(inner: bool, [x, rows, blocks]: [usize; 3]) -> [usize; 3] {
+    if inner {
+        [blocks, x, rows]
+    } else {
+        [x, rows, blocks]
+    }
+}
+
 /// A work-group shape for `items` work items per dimension, at most `target` items in all and
 /// never more than the device allows; dimension 0 is filled first.
 fn work_group(items: [usize; 3], target: usize, device: &DeviceInfo) -> [usize; 3] {
@@ -191,6 +241,16 @@ fn finish(
 
 /// The launch of `op` computing output channels `channels` on `device`.
 pub fn dispatch(op: GpuOp, channels: Range<usize>, device: &DeviceInfo) -> Dispatch {
+    dispatch_with(op, channels, device, DepthwiseGrid::BySize)
+}
+
+/// [`dispatch`], with depthwise parts ordering their grid as `grid` says.
+pub fn dispatch_with(
+    op: GpuOp,
+    channels: Range<usize>,
+    device: &DeviceInfo,
+    grid: DepthwiseGrid,
+) -> Dispatch {
     let count = channels.end.saturating_sub(channels.start);
     match op {
         GpuOp::Conv(p) => {
@@ -246,12 +306,13 @@ pub fn dispatch(op: GpuOp, channels: Range<usize>, device: &DeviceInfo) -> Dispa
                 && p.stride == [1, 1]
                 && p.dilation == [1, 1]
                 && p.multiplier == 1;
+            let inner = grid.channels_inner(p, channels.clone());
             if fast {
                 let bx = if ow >= 4 { 4 } else { 1 };
                 finish(
                     Variant::Depthwise3x3,
                     [bx, 1, bc],
-                    [ow.div_ceil(bx), n * oh, blocks],
+                    depthwise_grid(inner, [ow.div_ceil(bx), n * oh, blocks]),
                     16,
                     c_start,
                     device,
@@ -260,7 +321,7 @@ pub fn dispatch(op: GpuOp, channels: Range<usize>, device: &DeviceInfo) -> Dispa
                 finish(
                     Variant::DepthwiseGeneric,
                     [1, 1, bc],
-                    [ow, n * oh, blocks],
+                    depthwise_grid(inner, [ow, n * oh, blocks]),
                     16,
                     c_start,
                     device,

@@ -3,7 +3,7 @@
 //! output-channel range of it) through [`dispatch`].
 
 use super::device::GpuDevice;
-use super::dispatch::{dispatch, pad8, Dispatch, GpuOp, Variant};
+use super::dispatch::{dispatch, dispatch_with, pad8, DepthwiseGrid, Dispatch, GpuOp, Variant};
 use super::memory::Flags;
 use super::program::ProgramCache;
 use super::{cl_error, GpuError};
@@ -247,6 +247,8 @@ pub struct GpuBackend {
     scratch_m: Option<Buffer<f32>>,
     /// Bound where a kernel has an optional operand that is absent.
     dummy: Buffer<f32>,
+    /// How depthwise parts order their grid (by size unless a benchmark says otherwise).
+    pub depthwise_grid: DepthwiseGrid,
 }
 
 fn device_buffer(dev: &GpuDevice, values: &[f32], what: &str) -> Result<Buffer<f32>, GpuError> {
@@ -290,10 +292,21 @@ fn scratch(dev: &GpuDevice, floats: usize, what: &str) -> Result<Option<Buffer<f
 /// The dispatch decision for the channel range `range` of `kernel` (element-wise for ops that
 /// are not split by channel).
 pub fn decide(kernel: &Kernel, range: Range<usize>, dev: &super::device::DeviceInfo) -> Dispatch {
+    decide_with(kernel, range, dev, DepthwiseGrid::BySize)
+}
+
+/// [`decide`], with depthwise parts ordering their grid as `grid` says.
+pub fn decide_with(
+    kernel: &Kernel,
+    range: Range<usize>,
+    dev: &super::device::DeviceInfo,
+    grid: DepthwiseGrid,
+) -> Dispatch {
+    let with = |op| dispatch_with(op, range, dev, grid);
     match kernel {
-        Kernel::Conv2d(p) => dispatch(GpuOp::Conv(p), range, dev),
-        Kernel::DepthwiseConv2d(p) => dispatch(GpuOp::Depthwise(p), range, dev),
-        Kernel::FullyConnected(p) => dispatch(GpuOp::FullyConnected(p), range, dev),
+        Kernel::Conv2d(p) => with(GpuOp::Conv(p)),
+        Kernel::DepthwiseConv2d(p) => with(GpuOp::Depthwise(p)),
+        Kernel::FullyConnected(p) => with(GpuOp::FullyConnected(p)),
         _ => dispatch(GpuOp::Other { items: 1 }, 0..0, dev),
     }
 }
@@ -342,6 +355,7 @@ impl GpuBackend {
             scratch_u,
             scratch_m,
             dummy,
+            depthwise_grid: DepthwiseGrid::BySize,
         })
     }
 
@@ -495,7 +509,12 @@ impl GpuBackend {
         let out_desc: &TensorDesc = &a.tensors[step.outputs[0]];
         let out_shape = out_desc.shape.as_slice();
         let total = out_desc.elements();
-        let d = decide(&step.kernel, range.clone(), &self.dev.info);
+        let d = decide_with(
+            &step.kernel,
+            range.clone(),
+            &self.dev.info,
+            self.depthwise_grid,
+        );
         let (c0, c1) = (range.start, range.end);
         let one = |d: Dispatch| (d.grid, Some(d.work_group));
         match &step.kernel {
@@ -580,7 +599,13 @@ impl GpuBackend {
                 } else {
                     "depthwise_generic"
                 };
-                let opts = format!("-DBX={} -DBC={}", d.block[0], d.block[2]);
+                let inner = self.depthwise_grid.channels_inner(p, c0..c1);
+                let opts = format!(
+                    "-DBX={} -DBC={} -DCHANNELS_INNER={}",
+                    d.block[0],
+                    d.block[2],
+                    i32::from(inner)
+                );
                 let args = [
                     src,
                     src_off,

@@ -1,6 +1,18 @@
 // Depthwise convolution, NHWC, depth multiplier m: output channel o reads input channel o / m.
 // Weights [kh][kw][oc_pad], bias [oc_pad] (oc_pad: the output channels rounded up to 8).
 
+// Grid order (`depthwise_channels_inner` in dispatch.rs): channel blocks in dimension 0 with
+// CHANNELS_INNER (large parts: the image is walked once), else in dimension 2.
+#if CHANNELS_INNER
+#define DIM_C 0
+#define DIM_X 1
+#define DIM_Y 2
+#else
+#define DIM_X 0
+#define DIM_Y 1
+#define DIM_C 2
+#endif
+
 typedef struct {
     int n, h, w, c;
     int oh, ow, oc, oc_pad;
@@ -18,15 +30,15 @@ inline VEC dw_input(__global const float* p, int co, int m) {
 }
 
 // Any window, stride, dilation and multiplier: one output pixel by BC channels per work item.
-// Grid: (ow, n * oh, channel blocks from c_start).
+// Grid: (ow, n * oh, channel blocks from c_start), channel blocks first with CHANNELS_INNER.
 __kernel void depthwise_generic(__global const float* src, int src_off,
                                 __global const float* w, __global const float* bias,
                                 __global float* dst, int dst_off, DwGeom g,
                                 int c_start, int c0, int c1, int act) {
-    const int ox = get_global_id(0);
-    const int n = get_global_id(1) / g.oh;
-    const int oy = get_global_id(1) % g.oh;
-    const int co = c_start + get_global_id(2) * BC;
+    const int co = c_start + get_global_id(DIM_C) * BC;
+    const int ox = get_global_id(DIM_X);
+    const int n = get_global_id(DIM_Y) / g.oh;
+    const int oy = get_global_id(DIM_Y) % g.oh;
     if (ox >= g.ow || n >= g.n || co >= c1) return;
     src += src_off;
     dst += dst_off;
@@ -55,15 +67,16 @@ __kernel void depthwise_generic(__global const float* src, int src_off,
 }
 
 // 3x3, stride 1, no dilation, multiplier 1: BX output pixels along x by BC channels per work
-// item, reusing each input column across the pixels. Grid: (ceil(ow / BX), n * oh, blocks).
+// item, reusing each input column across the pixels. Grid: (ceil(ow / BX), n * oh, blocks),
+// channel blocks first with CHANNELS_INNER.
 __kernel void depthwise_3x3(__global const float* src, int src_off,
                             __global const float* w, __global const float* bias,
                             __global float* dst, int dst_off, DwGeom g,
                             int c_start, int c0, int c1, int act) {
-    const int ox0 = get_global_id(0) * BX;
-    const int n = get_global_id(1) / g.oh;
-    const int oy = get_global_id(1) % g.oh;
-    const int co = c_start + get_global_id(2) * BC;
+    const int co = c_start + get_global_id(DIM_C) * BC;
+    const int ox0 = get_global_id(DIM_X) * BX;
+    const int n = get_global_id(DIM_Y) / g.oh;
+    const int oy = get_global_id(DIM_Y) % g.oh;
     if (ox0 >= g.ow || n >= g.n || co >= c1) return;
     src += src_off;
     dst += dst_off;
