@@ -552,6 +552,17 @@ mod tests {
         }
     }
 
+    fn assert_counts_equal_the_walk(l: &Layer, d: &Dispatch, c0: usize, c1: usize) {
+        assert_eq!(
+            counts(l, d.variant, d.block, c0, c1),
+            walk(l, d, c0, c1)
+                .into_iter()
+                .map(|v| v as f64)
+                .collect::<Vec<_>>(),
+            "{l:?} channels {c0}..{c1}: {d:?}"
+        );
+    }
+
     #[test]
     fn closed_form_counts_equal_a_walk_over_every_work_item() {
         let device = test_device();
@@ -567,14 +578,7 @@ mod tests {
             let c1 = c0 + 1 + below(&mut rng, l.cout - c0);
             let d = dispatch(op.gpu_op(), c0..c1, &device);
             seen.insert(d.variant.name());
-            assert_eq!(
-                counts(&l, d.variant, d.block, c0, c1),
-                walk(&l, &d, c0, c1)
-                    .into_iter()
-                    .map(|v| v as f64)
-                    .collect::<Vec<_>>(),
-                "{l:?} channels {c0}..{c1}: {d:?}"
-            );
+            assert_counts_equal_the_walk(&l, &d, c0, c1);
         }
         // Parts large enough to launch channels-innermost (few channels, so the walk stays short).
         for (hw, cin, cout, k, stride) in [
@@ -603,14 +607,7 @@ mod tests {
             assert!(crate::features::gpu_channels_inner(&l, 0, cout), "{l:?}");
             for (c0, c1) in [(0, cout), (1, cout), (0, cout - 3)] {
                 let d = dispatch(l.to_op().gpu_op(), c0..c1, &device);
-                assert_eq!(
-                    counts(&l, d.variant, d.block, c0, c1),
-                    walk(&l, &d, c0, c1)
-                        .into_iter()
-                        .map(|v| v as f64)
-                        .collect::<Vec<_>>(),
-                    "{l:?} channels {c0}..{c1}: {d:?}"
-                );
+                assert_counts_equal_the_walk(&l, &d, c0, c1);
             }
         }
         // Every kernel with counts was reached.

@@ -320,6 +320,29 @@ pub fn bench_gemm(samples: usize) -> Result<()> {
     Ok(())
 }
 
+/// A depthwise layer of `h`×`w`×`c`, a `k`×`k` kernel and stride `s`, SAME padding, no
+/// activation.
+fn same_depthwise(
+    h: usize,
+    w: usize,
+    c: usize,
+    k: usize,
+    s: usize,
+) -> tandem_runtime::cpu::depthwise::DepthwiseParams {
+    let (ho, wo) = (h.div_ceil(s), w.div_ceil(s));
+    let pad = |size: usize, out: usize| ((out - 1) * s + k).saturating_sub(size) / 2;
+    tandem_runtime::cpu::depthwise::DepthwiseParams {
+        input: [1, h, w, c],
+        output: [1, ho, wo, c],
+        kernel: [k, k],
+        stride: [s, s],
+        dilation: [1, 1],
+        pad: [pad(h, ho), pad(w, wo)],
+        multiplier: 1,
+        activation: tandem_runtime::cpu::Activation::None,
+    }
+}
+
 /// `cargo xtask bench dwrows`: the CPU depthwise loop (one thread) with and without prefetching
 /// the next output row's input rows, on large layers from the profiler's fresh sets and on
 /// MobileNet-sized ones that fit the caches, whole. The two take turns, one call each per
@@ -327,11 +350,8 @@ pub fn bench_gemm(samples: usize) -> Result<()> {
 /// `PREFETCH_FROM_BYTES` of input on (the column "runtime"). Prints a Markdown table.
 pub fn bench_depthwise_rows(samples: usize) -> Result<()> {
     use std::time::Instant;
-    use tandem_runtime::cpu::depthwise::{
-        depthwise_conv2d_prefetching, prefetches_rows, DepthwiseParams,
-    };
+    use tandem_runtime::cpu::depthwise::{depthwise_conv2d_prefetching, prefetches_rows};
     use tandem_runtime::cpu::threads::ThreadPool;
-    use tandem_runtime::cpu::Activation;
     use tandem_runtime::rng::Rng;
 
     // (H, W, C, kernel, stride), SAME padding.
@@ -354,18 +374,8 @@ pub fn bench_depthwise_rows(samples: usize) -> Result<()> {
     println!("| layer (H×W×C, kernel, stride) | input MB | runtime | without (ms) | with (ms) | without / with |");
     println!("|---|---:|---|---:|---:|---:|");
     for (h, w, c, k, s) in layers {
-        let (ho, wo) = (h.div_ceil(s), w.div_ceil(s));
-        let pad = |size: usize, out: usize| ((out - 1) * s + k).saturating_sub(size) / 2;
-        let p = DepthwiseParams {
-            input: [1, h, w, c],
-            output: [1, ho, wo, c],
-            kernel: [k, k],
-            stride: [s, s],
-            dilation: [1, 1],
-            pad: [pad(h, ho), pad(w, wo)],
-            multiplier: 1,
-            activation: Activation::None,
-        };
+        let p = same_depthwise(h, w, c, k, s);
+        let [_, ho, wo, _] = p.output;
         let input = rng.uniform(h * w * c, 1.0);
         let weights = rng.uniform(k * k * c, 1.0);
         let bias = rng.uniform(c, 1.0);
@@ -415,8 +425,6 @@ pub fn bench_depthwise_rows(samples: usize) -> Result<()> {
 pub fn bench_depthwise_grid(samples: usize) -> Result<()> {
     use anyhow::Context;
     use std::time::Duration;
-    use tandem_runtime::cpu::depthwise::DepthwiseParams;
-    use tandem_runtime::cpu::Activation;
     use tandem_runtime::gpu::dispatch::{depthwise_channels_inner, DepthwiseGrid};
     use tandem_runtime::profile::{LayerOp, MeasureOptions, Profiler};
 
@@ -454,18 +462,7 @@ pub fn bench_depthwise_grid(samples: usize) -> Result<()> {
     );
     println!("|---|---:|---:|---|---:|---:|---:|");
     for (h, w, c, k, s) in layers {
-        let (ho, wo) = (h.div_ceil(s), w.div_ceil(s));
-        let pad = |size: usize, out: usize| ((out - 1) * s + k).saturating_sub(size) / 2;
-        let p = DepthwiseParams {
-            input: [1, h, w, c],
-            output: [1, ho, wo, c],
-            kernel: [k, k],
-            stride: [s, s],
-            dilation: [1, 1],
-            pad: [pad(h, ho), pad(w, wo)],
-            multiplier: 1,
-            activation: Activation::None,
-        };
+        let p = same_depthwise(h, w, c, k, s);
         let half = c / 16 * 8;
         let op = LayerOp::Depthwise(p.clone());
         let mut bench = profiler.layer(&op, &[c, half], 7)?;
