@@ -393,16 +393,14 @@ pub const CHANNELS_INNER_SUFFIX: &str = "/channels_inner";
 /// outermost ([`gpu_variant`]).
 pub const CHANNELS_OUTER_SUFFIX: &str = "/channels_outer";
 
-/// The GPU launch that runs channels `[c0, c1)` of `layer` with kernel `variant`, as a
-/// dataset's GPU row records it in `variant`: the kernel variant's name, and for a depthwise
-/// part the grid order the runtime launches it with
-/// ([`depthwise_channels_inner`](tandem_runtime::gpu::dispatch::depthwise_channels_inner)):
-/// [`CHANNELS_INNER_SUFFIX`] or [`CHANNELS_OUTER_SUFFIX`]. Depthwise rows measured before the
-/// order existed carry the bare name.
-pub fn gpu_variant(layer: &Layer, variant: Variant, c0: usize, c1: usize) -> String {
-    let mut name = variant.name().to_string();
+/// The GPU launch `d` of a part of `layer`, as a dataset's GPU row records it in `variant`: the
+/// kernel variant's name, and for a depthwise part the grid order it launched with
+/// ([`Dispatch::channels_inner`]): [`CHANNELS_INNER_SUFFIX`] or [`CHANNELS_OUTER_SUFFIX`].
+/// Depthwise rows measured before the order existed carry the bare name.
+pub fn gpu_variant(layer: &Layer, d: &Dispatch) -> String {
+    let mut name = d.variant.name().to_string();
     if layer.op == OpKind::Depthwise {
-        name.push_str(if gpu_channels_inner(layer, c0, c1) {
+        name.push_str(if d.channels_inner {
             CHANNELS_INNER_SUFFIX
         } else {
             CHANNELS_OUTER_SUFFIX

@@ -728,7 +728,7 @@ pub fn run(
         };
         for ((&g, d), t) in gpu_points.iter().zip(&dispatches).zip(&gpu_rounds.times) {
             let mut r = base(gpu_executor(layer.op, d.variant), 0, c - g, c);
-            r.variant = gpu_variant(layer, d.variant, c - g, c);
+            r.variant = gpu_variant(layer, d);
             r.dispatch = record(d);
             r.ms = t.median_ms;
             r.least_ms = t.least_ms;

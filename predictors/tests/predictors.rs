@@ -68,7 +68,7 @@ fn synthetic_rows(configs: usize, seed: u64) -> Vec<Row> {
                 threads: 0,
                 c0: l.cout - g,
                 c1: l.cout,
-                variant: features::gpu_variant(l, d.variant, l.cout - g, l.cout),
+                variant: features::gpu_variant(l, &d),
                 dispatch: record(&d),
                 ms,
                 reps: 7,

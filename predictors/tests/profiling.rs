@@ -86,10 +86,7 @@ fn profiling_records_the_dispatch_and_resumes() {
     for r in rows.iter().filter(|r| r.threads == 0) {
         assert!(r.ms > 0.0 && r.sync_ms > 0.0);
         let (d, _) = gpu_features(&r.layer, r.c1 - r.c0, &dev);
-        assert_eq!(
-            features::gpu_variant(&r.layer, d.variant, r.c0, r.c1),
-            r.variant
-        );
+        assert_eq!(features::gpu_variant(&r.layer, &d), r.variant);
         assert_eq!(r.executor, d.variant.name());
         assert_eq!(record(&d), r.dispatch, "{}", r.config);
     }
@@ -155,9 +152,14 @@ fn rows_record_the_depthwise_loop_and_launch_that_ran_them() {
     // its parts launch channels-innermost.
     let gpu: Vec<_> = rows.iter().filter(|r| r.threads == 0).collect();
     for r in &gpu {
+        let order = if features::gpu_channels_inner(&r.layer, r.c0, r.c1) {
+            "/channels_inner"
+        } else {
+            "/channels_outer"
+        };
         assert_eq!(
             r.variant,
-            features::gpu_variant(&r.layer, variant_of(&r.executor), r.c0, r.c1),
+            format!("{}{order}", r.executor),
             "{} {}..{}",
             r.config,
             r.c0,
@@ -170,11 +172,6 @@ fn rows_record_the_depthwise_loop_and_launch_that_ran_them() {
     assert!(gpu
         .iter()
         .any(|r| r.variant.ends_with("/channels_outer") && r.layer.h == 24));
-}
-
-/// The kernel variant a GPU executor runs.
-fn variant_of(executor: &str) -> tandem_runtime::gpu::dispatch::Variant {
-    features::executor_variant(executor).expect("a GPU executor")
 }
 
 /// With `passes`, every configuration is measured that many times: the file keeps each pass's

@@ -639,6 +639,11 @@ fn large_depthwise_parts_launch_channels_inner_and_match_the_cpu() {
         assert!(!depthwise_channels_inner(p, c - 8..c), "case {i}");
         let d = decide(&case.kernel, 0..c, &dev);
         assert_eq!(d.variant, *variant, "case {i}");
+        assert!(d.channels_inner, "case {i}");
+        assert!(
+            !decide(&case.kernel, c - 8..c, &dev).channels_inner,
+            "case {i}"
+        );
         assert_eq!(
             d.grid[0],
             c.div_ceil(8).div_ceil(d.work_group[0]) * d.work_group[0]

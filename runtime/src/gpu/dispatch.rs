@@ -82,6 +82,9 @@ pub struct Dispatch {
     /// the block's channel count (weights are padded, so the block reads in bounds; lanes outside
     /// the range are not stored).
     pub c_start: usize,
+    /// Depthwise parts: whether the grid has the channel blocks in dimension 0
+    /// ([`depthwise_channels_inner`]); the kernel is built for that order. False for other ops.
+    pub channels_inner: bool,
 }
 
 /// Rounds `c` up to the 8-channel blocks GPU weights are stored in.
@@ -236,6 +239,16 @@ fn finish(
         grid,
         groups: grid[0] / wg[0] * (grid[1] / wg[1]) * (grid[2] / wg[2]),
         c_start,
+        channels_inner: false,
+    }
+}
+
+impl Dispatch {
+    fn with_channels_inner(self, channels_inner: bool) -> Dispatch {
+        Dispatch {
+            channels_inner,
+            ..self
+        }
     }
 }
 
@@ -317,6 +330,7 @@ pub fn dispatch_with(
                     c_start,
                     device,
                 )
+                .with_channels_inner(inner)
             } else {
                 finish(
                     Variant::DepthwiseGeneric,
@@ -326,6 +340,7 @@ pub fn dispatch_with(
                     c_start,
                     device,
                 )
+                .with_channels_inner(inner)
             }
         }
         GpuOp::FullyConnected(p) => {

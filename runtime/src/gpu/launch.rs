@@ -599,12 +599,11 @@ impl GpuBackend {
                 } else {
                     "depthwise_generic"
                 };
-                let inner = self.depthwise_grid.channels_inner(p, c0..c1);
                 let opts = format!(
                     "-DBX={} -DBC={} -DCHANNELS_INNER={}",
                     d.block[0],
                     d.block[2],
-                    i32::from(inner)
+                    i32::from(d.channels_inner)
                 );
                 let args = [
                     src,
