@@ -325,9 +325,11 @@ impl Profile {
             .map_or(0.0, |c| c.excess_at(corun::intensity(layer)))
     }
 
-    /// Predicted latency (ms) of one executor for a feature row.
+    /// Predicted latency (ms) of one executor for a feature row, which may run past the
+    /// executor's features (counts a profile trained before them does not read: left out).
     pub fn predict_features(&self, executor: &str, x: &[f64]) -> Result<f64, ProfileError> {
-        Ok(self.executor(executor)?.predict_ms(x))
+        let e = self.executor(executor)?;
+        Ok(e.predict_ms(&x[..e.features.len().min(x.len())]))
     }
 
     /// Predicted GPU latency (ms) of output channels `[C − g, C)` of `layer` (0 for `g = 0`).
@@ -373,7 +375,8 @@ impl Profile {
             .filter(|&&g| g < c)
             .map(|&g| features::cpu_features(layer, c - g, threads))
             .collect();
-        let cpu_ms = cpu.predict_ms_batch(&cpu_rows.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        let n = cpu.features.len();
+        let cpu_ms = cpu.predict_ms_batch(&cpu_rows.iter().map(|x| &x[..n]).collect::<Vec<_>>());
         // Candidates by the GPU variant they dispatch to (a few per layer).
         let mut gpu_rows: Vec<(Variant, Vec<usize>, Vec<Vec<f64>>)> = Vec::new();
         for (i, &g) in counts.iter().enumerate().filter(|(_, &g)| g > 0) {

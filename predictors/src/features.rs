@@ -434,10 +434,14 @@ pub fn executor_variant(executor: &str) -> Option<Variant> {
     })
 }
 
-/// The names of the kernel's loop-trip counts a GPU executor's model reads after the dispatch
-/// features ([`crate::kernel_counts`]); empty for the CPU executors. Profiles trained before
+/// The names of the loop-trip counts an executor's model reads last: a GPU executor's after
+/// the dispatch features ([`crate::kernel_counts`]), a CPU depthwise one's after its kernel
+/// features ([`crate::cpu_counts`]); empty for the other CPU executors. Profiles trained before
 /// them read the features before them only (`Executor::kernel_counts`).
 pub fn kernel_count_names(executor: &str) -> &'static [&'static str] {
+    if is_cpu_depthwise(executor) {
+        return &crate::cpu_counts::NAMES;
+    }
     executor_variant(executor).map_or(&[], crate::kernel_counts::names)
 }
 
@@ -470,8 +474,10 @@ pub fn feature_names(executor: &str, with_dispatch: bool) -> Vec<String> {
     if is_cpu_depthwise(executor) {
         names.extend(CPU_DEPTHWISE_FEATURES.iter().map(|s| s.to_string()));
     }
-    if !is_cpu(executor) && with_dispatch {
-        names.extend(DISPATCH_FEATURES.iter().map(|s| s.to_string()));
+    if with_dispatch {
+        if !is_cpu(executor) {
+            names.extend(DISPATCH_FEATURES.iter().map(|s| s.to_string()));
+        }
         names.extend(kernel_count_names(executor).iter().map(|s| s.to_string()));
     }
     names
@@ -488,6 +494,9 @@ pub fn row_features(row: &Row, with_dispatch: bool) -> Vec<f64> {
     }
     if is_cpu_depthwise(&row.executor) {
         f.extend(cpu_depthwise_features(&row.layer, row.c1));
+        if with_dispatch {
+            f.extend(cpu_depthwise_counts(&row.layer, row.c1));
+        }
     }
     if !is_cpu(&row.executor) && with_dispatch {
         f.extend(dispatch_features(&row.dispatch, row.c0, row.c1));
@@ -539,6 +548,7 @@ pub fn cpu_features(layer: &Layer, c: usize, threads: usize) -> Vec<f64> {
     }
     if layer.op == OpKind::Depthwise {
         f.extend(cpu_depthwise_features(layer, c));
+        f.extend(cpu_depthwise_counts(layer, c));
     }
     f
 }
@@ -650,6 +660,15 @@ pub fn cpu_depthwise_features(layer: &Layer, c: usize) -> Vec<f64> {
         4.0 * (p.kernel[0] * w * in_channels) as f64,
         (pixels * p.kernel[0] * p.kernel[1] * lanes) as f64,
     ]
+}
+
+/// The loop-trip counts of the CPU depthwise loop computing channels `[0, c)` of `layer`
+/// ([`crate::cpu_counts::depthwise`], in vectors of [`DEPTHWISE_LANES`]); empty for another op.
+pub fn cpu_depthwise_counts(layer: &Layer, c: usize) -> Vec<f64> {
+    let LayerOp::Depthwise(p) = layer.to_op() else {
+        return Vec::new();
+    };
+    crate::cpu_counts::depthwise(&p, 0, c.min(layer.cout), DEPTHWISE_LANES).to_vec()
 }
 
 /// Whether an executor is a CPU depthwise one (reads [`CPU_DEPTHWISE_FEATURES`]).

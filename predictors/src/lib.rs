@@ -4,6 +4,8 @@
 //! - [`measure`]: the profiling driver (sampling, resume, progress) over
 //!   `tandem_runtime::profile`.
 //! - [`features`]: white-box features; GPU ones from the runtime's own dispatch function.
+//! - [`kernel_counts`], [`cpu_counts`]: loop-trip counts of the GPU kernels and of the CPU
+//!   depthwise loop, which the models' additive baselines cost.
 //! - `train` (feature `lightgbm`, on by default): one LightGBM forest per executor, grid search with cross-validation, 80/20
 //!   validation, ablations.
 //! - [`forest`]: the pure-Rust tree evaluator the compiler predicts with.
@@ -16,6 +18,7 @@
 pub mod bundle;
 pub mod calibrate;
 pub mod corun;
+pub mod cpu_counts;
 pub mod dataset;
 pub mod eval;
 pub mod features;

@@ -591,7 +591,7 @@ pub fn train_from(
         let tx: Vec<Vec<f64>> = test_rows.iter().map(|r| row_features(r, true)).collect();
         let ty: Vec<f64> = test_rows.iter().map(|r| r.ms).collect();
         let acc = accuracy(&trained.predict_ms_from(&tx, &prior(&tx)), &ty);
-        let no_counts = if gpu && without_counts < full.len() {
+        let no_counts = if without_counts < full.len() {
             let cut = |x: &[Vec<f64>]| -> Vec<Vec<f64>> {
                 x.iter().map(|r| r[..without_counts].to_vec()).collect()
             };
