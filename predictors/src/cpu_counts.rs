@@ -236,8 +236,8 @@ mod tests {
         let mut widths = Vec::new();
         if p.multiplier == 1 && width >= lanes {
             let mut start = c0;
-            if p.input[3] % lanes == 0 && width >= 8 * lanes {
-                while start % lanes != 0 {
+            if p.input[3].is_multiple_of(lanes) && width >= 8 * lanes {
+                while !start.is_multiple_of(lanes) {
                     start += 1;
                 }
             }
