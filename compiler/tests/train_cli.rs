@@ -490,18 +490,20 @@ fn a_base_profile_of_the_same_device_is_corrected_and_another_device_only_when_a
         assert_eq!(e.forest.trees[..b.forest.trees.len()], b.forest.trees[..]);
         assert_eq!(e.params["base_trees"], b.forest.trees.len());
     }
-    // The base was trained before the GPU kernels' loop-trip counts: its GPU predictors read
-    // the leading features of the new rows, and every GPU executor, corrected or not, reads
-    // the counts.
+    // The base was trained before the loop-trip counts (the GPU kernels', the CPU depthwise
+    // loop's): its predictors read the leading features of the new rows, and every executor
+    // with counts, corrected or not, reads them.
     for (name, e) in &profile.executors {
-        let gpu = !tandem_predictors::features::is_cpu(name);
-        assert_eq!(e.kernel_counts, gpu, "{name}");
+        let counted = !tandem_predictors::features::kernel_count_names(name).is_empty();
+        let cpu = tandem_predictors::features::is_cpu(name);
+        assert_eq!(counted, !cpu || name.starts_with("cpu_dwconv_"), "{name}");
+        assert_eq!(e.kernel_counts, counted, "{name}");
         assert_eq!(
             e.features,
             tandem_predictors::features::feature_names(name, true),
             "{name}"
         );
-        if gpu {
+        if counted {
             assert!(!base.executors[name].kernel_counts, "{name}");
         }
     }
