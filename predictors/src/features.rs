@@ -461,8 +461,9 @@ pub fn additive_columns(executor: &str, with_dispatch: bool) -> Vec<usize> {
         .collect()
 }
 
-/// The feature names of an executor's model (`dispatch`: with the GPU dispatch features and
-/// the kernel's loop-trip counts after them).
+/// The feature names of an executor's model (`with_dispatch`: with the GPU dispatch features
+/// and the loop-trip counts after them, [`kernel_count_names`]: a GPU kernel's, or the CPU
+/// depthwise loop's; without, the op and kernel features only).
 pub fn feature_names(executor: &str, with_dispatch: bool) -> Vec<String> {
     let mut names: Vec<String> = OP_FEATURES.iter().map(|s| s.to_string()).collect();
     if is_grouped(executor) {
@@ -663,7 +664,7 @@ pub fn cpu_depthwise_features(layer: &Layer, c: usize) -> Vec<f64> {
 }
 
 /// The loop-trip counts of the CPU depthwise loop computing channels `[0, c)` of `layer`
-/// ([`crate::cpu_counts::depthwise`], in vectors of [`DEPTHWISE_LANES`]); empty for another op.
+/// ([`crate::cpu_counts::depthwise`], in vectors of `DEPTHWISE_LANES`, 16); empty for another op.
 pub fn cpu_depthwise_counts(layer: &Layer, c: usize) -> Vec<f64> {
     let LayerOp::Depthwise(p) = layer.to_op() else {
         return Vec::new();
