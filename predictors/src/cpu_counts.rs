@@ -17,7 +17,7 @@
 //! block and pixel of the loop.
 
 use std::ops::Range;
-use tandem_runtime::cpu::depthwise::{interior_columns, taps, DepthwiseParams};
+use tandem_runtime::cpu::depthwise::{interior_columns, interior_positions, taps, DepthwiseParams};
 
 /// The names of [`depthwise`]'s counts, in order.
 pub const NAMES: [&str; 8] = [
@@ -158,29 +158,10 @@ fn row_classes(p: &DepthwiseParams) -> Vec<(usize, usize)> {
         p.input[1],
         p.output[1],
     ];
-    let interior = interior_lines(h, ho, sy, dy, pt, kh);
+    let interior = interior_positions(h, ho, sy, dy, pt, kh);
     let mut classes = vec![(kh, interior.len())];
     classes.extend(border(&interior, ho).map(|oy| (taps(oy, sy, dy, pt, kh, h).len(), 1)));
     classes
-}
-
-/// The output lines (of `out` of them) whose every kernel tap lands inside an input of `size`
-/// lines, as the runtime's `interior_columns` computes for columns.
-fn interior_lines(
-    size: usize,
-    out: usize,
-    stride: usize,
-    dilation: usize,
-    pad: usize,
-    k: usize,
-) -> Range<usize> {
-    let lo = pad.div_ceil(stride).min(out);
-    let reach = (k - 1) * dilation;
-    let hi = match (size + pad).checked_sub(reach + 1) {
-        Some(last) => (last / stride + 1).min(out),
-        None => 0,
-    };
-    lo..hi.max(lo)
 }
 
 /// The counts of one output row whose kernel rows inside the input number `valid_rows`.

@@ -31,6 +31,7 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use tandem_runtime::gpu::dispatch::Variant;
+use tandem_runtime::profile::LayerOp;
 
 /// The columns of a dataset, in order.
 pub const COLUMNS: [&str; 37] = [
@@ -499,6 +500,22 @@ fn parse_row(fields: &[String], columns: usize) -> Result<Row, String> {
             layer.cout
         ));
     }
+    // A geometry no layer has (a zero kernel or stride, an output the input cannot give) would
+    // reach the features' window arithmetic: refuse it here, naming it.
+    let geometry = match layer.to_op() {
+        LayerOp::Conv(p) => p.validate(),
+        LayerOp::Depthwise(p) => p.validate(),
+        LayerOp::Linear(p) if p.rows == 0 || p.depth == 0 || p.units == 0 => {
+            Err("an empty dimension".to_string())
+        }
+        LayerOp::Linear(_) => Ok(()),
+    };
+    if let Err(why) = geometry {
+        return Err(format!(
+            "fields 'n'..'pad_l' (columns 5-16): not a {} layer: {why}",
+            op.name()
+        ));
+    }
     let (c0, c1) = (int(18)?, int(19)?);
     if c0 > c1 || c1 > layer.cout {
         return Err(format!(
@@ -810,6 +827,59 @@ pub(crate) fn test_point(config: &str, c1: usize, ms: f64, probe_ms: f64) -> Row
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_of_an_impossible_layer_is_refused_naming_its_fields_and_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("d.csv");
+        let mut dw = test_point("dw", 8, 1.0, 0.0);
+        dw.layer = Layer {
+            op: OpKind::Depthwise,
+            n: 1,
+            h: 8,
+            w: 8,
+            cin: 8,
+            oh: 8,
+            ow: 8,
+            cout: 8,
+            kh: 3,
+            kw: 3,
+            stride: 1,
+            pad_t: 1,
+            pad_l: 1,
+            groups: 1,
+        };
+        dw.executor = "cpu_dwconv_t1".into();
+        dw.threads = 1;
+        dw.variant = String::new();
+        dw.config = config_key(&dw.layer);
+        write(&path, std::slice::from_ref(&dw)).expect("write");
+        assert_eq!(read(&path).expect("a valid layer reads")[0].layer, dw.layer);
+        let bad = |change: fn(&mut Layer)| {
+            let mut r = dw.clone();
+            change(&mut r.layer);
+            r.config = config_key(&r.layer);
+            write(&path, &[dw.clone(), r]).expect("write");
+            read(&path).expect_err("impossible layer").to_string()
+        };
+        for e in [
+            bad(|l| l.kh = 0),
+            bad(|l| l.stride = 0),
+            bad(|l| l.oh = 20),
+            bad(|l| l.cout = 12),
+        ] {
+            assert!(
+                e.contains(":3:") && e.contains("columns 5-16") && e.contains("dwconv layer"),
+                "{e}"
+            );
+        }
+        let mut linear = test_point("fc", 8, 1.0, 0.0);
+        linear.layer = Layer::linear(0, 16, 8);
+        linear.config = config_key(&linear.layer);
+        write(&path, &[linear]).expect("write");
+        let e = read(&path).expect_err("empty linear").to_string();
+        assert!(e.contains("not a linear layer: an empty dimension"), "{e}");
+    }
 
     #[test]
     fn rows_of_a_replaced_loop_or_launch_are_left_out_and_the_rest_stay() {

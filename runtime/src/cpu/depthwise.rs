@@ -274,13 +274,32 @@ pub fn taps(
 /// The output columns whose whole kernel window lies inside the input, as `lo..hi` with
 /// `lo <= hi <= W_out`.
 pub fn interior_columns(p: &DepthwiseParams) -> Range<usize> {
-    let (w, wo) = (p.input[2], p.output[2]);
-    let (stride, pad) = (p.stride[1], p.pad[1]);
-    let lo = pad.div_ceil(stride).min(wo);
-    let reach = (p.kernel[1] - 1) * p.dilation[1];
-    // Last column: ox·stride + reach - pad <= w - 1.
-    let hi = match (w + pad).checked_sub(reach + 1) {
-        Some(last) => (last / stride + 1).min(wo),
+    interior_positions(
+        p.input[2],
+        p.output[2],
+        p.stride[1],
+        p.dilation[1],
+        p.pad[1],
+        p.kernel[1],
+    )
+}
+
+/// Along one dimension (input `size`, `out` outputs, a kernel of `k` taps), the outputs whose
+/// every tap `o·stride + t·dilation - pad` lands inside `0..size`, as `lo..hi` with
+/// `lo <= hi <= out`: [`interior_columns`] for columns, and the same for rows.
+pub fn interior_positions(
+    size: usize,
+    out: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    k: usize,
+) -> Range<usize> {
+    let lo = pad.div_ceil(stride).min(out);
+    let reach = (k - 1) * dilation;
+    // Last output: o·stride + reach - pad <= size - 1.
+    let hi = match (size + pad).checked_sub(reach + 1) {
+        Some(last) => (last / stride + 1).min(out),
         None => 0,
     };
     lo..hi.max(lo)
