@@ -174,9 +174,11 @@ pub struct TrainArgs {
     /// A profile of the same device measured on another host, whose predictors this training
     /// may correct: per executor, a forest on the residuals of the base's predictions where
     /// that cross-validates better than one from scratch. A profile for a new host from a short
-    /// measurement of it.
+    /// measurement of it. Repeatable: each executor then corrects the base whose correction
+    /// cross-validates best (hosts differ by side: one base may describe this host's CPU
+    /// best, another its GPU kernels).
     #[arg(long, value_name = "BASE.profile")]
-    pub base: Option<PathBuf>,
+    pub base: Vec<PathBuf>,
     /// With `--base`: take the dataset's machine-wide speed out first, so that the corrections
     /// learn the shape of this measurement and keep the base's speed. The dataset's latencies
     /// are divided by one factor, its machine offset against the base (the median of the
@@ -184,7 +186,7 @@ pub struct TrainArgs {
     /// speeds relative to one another stay this measurement's. Each `--add` dataset gets its
     /// own factor. For a host whose whole speed moves by several percent between hours, where
     /// a short measurement's level is that of its hour. The factors are recorded in the
-    /// profile's dataset name.
+    /// profile's dataset name. Takes exactly one `--base`.
     #[arg(long, requires = "base")]
     pub base_speed: bool,
     /// With `--base`: accept a base measured on another OpenCL device (PoCL compiled for
@@ -641,8 +643,19 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     } else {
         contention_of(&args.corun, &meta.device.label())?
     };
-    let base = match &args.base {
-        Some(path) => {
+    if args.base_speed && args.base.len() != 1 {
+        bail!(
+            "--base-speed takes exactly one --base (the speed to bring the data to), not {}",
+            args.base.len()
+        );
+    }
+    let mut bases: Vec<(Profile, String)> = Vec::new();
+    for path in &args.base {
+        let name = file_name_of(path);
+        if bases.iter().any(|(_, n)| *n == name) {
+            bail!("--base {}: a second base named '{name}'", path.display());
+        }
+        bases.push({
             let profile = tandem_predictors::Profile::load(path)?;
             if !profile.device().same_device(&meta.device) {
                 if !args.base_other_device {
@@ -662,11 +675,10 @@ pub fn train(args: &TrainArgs) -> Result<()> {
                     meta.device.label()
                 );
             }
-            Some((profile, file_name_of(path)))
-        }
-        None => None,
-    };
-    let speed_base = match (args.base_speed, &base) {
+            (profile, name)
+        });
+    }
+    let speed_base = match (args.base_speed, bases.first()) {
         (true, Some((profile, name))) => Some((profile, name.as_str())),
         _ => None,
     };
@@ -721,10 +733,13 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         name.push_str(&format!(" + CPU rows of {}", file_name_of(other)));
         rows.extend(added);
     }
-    let base = base.as_ref().map(|(profile, name)| train::Base {
-        profile,
-        name: name.clone(),
-    });
+    let bases: Vec<train::Base> = bases
+        .iter()
+        .map(|(profile, name)| train::Base {
+            profile,
+            name: name.clone(),
+        })
+        .collect();
     let (mut profile, report) = train::train_from(
         &rows,
         DeviceMeta {
@@ -734,7 +749,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             setting: meta.setting,
         },
         &name,
-        base.as_ref(),
+        &bases,
         |line| eprintln!("{line}"),
     )?;
     if measured.len() >= tandem_predictors::speed::MIN_DATASETS {

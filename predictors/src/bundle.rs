@@ -535,8 +535,9 @@ fn measured_on(path: &Path) -> Option<(DeviceInfo, Option<String>)> {
 
 /// Of profiles of the same OpenCL device, the one measured on the host most like this one
 /// (`device` as this host's OpenCL reports it, `host` its processor signature): those measured
-/// on this very host (the same [`Provenance::host`]) if any, and of those (else of all) the one
-/// whose device reported the nearest global memory size by ratio, the first on a tie.
+/// on this very host (the same [`Provenance::host`]) if any, else those not known to be of
+/// another host (no recorded signature, or this host's is unknown), else all; of that pool the
+/// one whose device reported the nearest global memory size by ratio, the first on a tie.
 ///
 /// A device's description does not tell hosts apart (PoCL names the CPU as KVM shows it): two
 /// generations of AMD EPYC with AVX-512 both give `pthread-skylake-avx512-AMD EPYC`, at 2.5x
@@ -544,7 +545,10 @@ fn measured_on(path: &Path) -> Option<(DeviceInfo, Option<String>)> {
 /// `pocl-1core.profile`, 8.1–9.8 GB (it moved between sessions) on the one of
 /// `pocl-1core-xeon2.profile`, 4.6–7.3 GB on the one of `pocl-1core-xeon3.profile`, 4.5–6.1 GB
 /// within one session on the Zen 4 EPYC; so profiles that record their host are matched on it
-/// first, and memory decides only among the rest.
+/// first, a profile whose recorded signature differs is known to be of another host and is
+/// taken only when nothing else is left, and memory decides within the pool. (The fourth Intel
+/// Xeon host reports 23.2 GB, the first 22 GB: memory alone would give the first host the
+/// fourth's profile.)
 pub fn pick_host(
     device: &DeviceInfo,
     host: Option<&str>,
@@ -555,11 +559,14 @@ pub fn pick_host(
         ratio.ln().abs()
     };
     let this_host = |c: &&MeasuredOn| host.is_some() && c.host.as_deref() == host;
+    let not_another_host = |c: &&MeasuredOn| host.is_none() || c.host.is_none();
     let nearest = |pool: &mut dyn Iterator<Item = &MeasuredOn>| {
         pool.min_by(|a, b| distance(&a.device).total_cmp(&distance(&b.device)))
             .map(|c| c.path.clone())
     };
-    nearest(&mut candidates.iter().filter(this_host)).or_else(|| nearest(&mut candidates.iter()))
+    nearest(&mut candidates.iter().filter(this_host))
+        .or_else(|| nearest(&mut candidates.iter().filter(not_another_host)))
+        .or_else(|| nearest(&mut candidates.iter()))
 }
 
 /// Today's UTC date, `YYYY-MM-DD`.

@@ -5,9 +5,9 @@
 //! dispatch features, and one black-box model for the whole GPU (op features only, all
 //! variants together; the paper's naive predictor).
 //!
-//! With a base profile ([`train_from`], `tandem train --base`), measured on another host of the
-//! same device, each executor is also trained as a correction of the base's predictor (trees on
-//! the residuals of its log latency), and cross-validation picks the correction or the forest
+//! With base profiles ([`train_from`], `tandem train --base`, repeatable), measured on other
+//! hosts, each executor is also trained as a correction of each base's predictor (trees on the
+//! residuals of its log latency), and cross-validation picks the best correction or the forest
 //! from scratch: a profile for a new host from a short measurement of it.
 
 use crate::bundle::{Accuracy, Executor, Profile, Provenance, FORMAT};
@@ -394,15 +394,20 @@ pub struct ExecutorReport {
     pub params: Params,
     pub cv_mape: Option<f64>,
     /// With `--base`: the base profile when the shipped forest corrects its predictor (it
-    /// cross-validated better than a forest trained from scratch), else `None`.
+    /// cross-validated better than a forest trained from scratch, and of several bases it is
+    /// the one whose correction cross-validated best), else `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub corrects: Option<String>,
-    /// With `--base`, for an executor the base has: the cross-validated MAPE of the forest
-    /// trained from scratch and of the correction, the two `cv_mape` is the lower of.
+    /// With `--base`, for an executor a base has: the cross-validated MAPE of the forest
+    /// trained from scratch and of the best correction, the two `cv_mape` is the lower of.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cv_mape_from_scratch: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cv_mape_corrected: Option<f64>,
+    /// With several bases: each base's correction's cross-validated MAPE, by the base's name
+    /// (bases without a predictor of these features are absent).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub cv_mape_corrections: BTreeMap<String, f64>,
     /// Held-out accuracy with every feature.
     pub validation: Accuracy,
     /// Held-out accuracy without the dispatch features (GPU executors).
@@ -445,6 +450,31 @@ pub struct Base<'a> {
     pub name: String,
 }
 
+/// The predictor of executor `name` in `base` that a correction can start from: its own when it
+/// reads the features `full`, or, when it reads them but the kernel's loop-trip counts (the
+/// first `without_counts`; a profile trained before them), the same trees reading the leading
+/// features of the longer rows, so that a correction may use the counts. `None` otherwise.
+fn base_predictor(
+    base: &Profile,
+    name: &str,
+    full: &[String],
+    without_counts: usize,
+) -> Option<Executor> {
+    let e = base.executors.get(name)?;
+    if e.features == full {
+        Some(e.clone())
+    } else if e.features.len() == without_counts && full.starts_with(&e.features) {
+        Some(Executor {
+            features: full.to_vec(),
+            kernel_counts: true,
+            forest: Forest::new(full.len(), e.forest.trees.clone()),
+            ..e.clone()
+        })
+    } else {
+        None
+    }
+}
+
 /// Trains a profile on `rows` (progress lines go to `log`), from scratch.
 pub fn train(
     rows: &[Row],
@@ -452,19 +482,21 @@ pub fn train(
     dataset_name: &str,
     log: impl FnMut(&str),
 ) -> Result<(Profile, Report), TrainError> {
-    train_from(rows, meta, dataset_name, None, log)
+    train_from(rows, meta, dataset_name, &[], log)
 }
 
-/// [`train`], and with a `base`, per executor that the base has with the same features, also
-/// a correction of the base's predictor: a forest on the residuals of its log latency over
-/// [`correction_grid`]. Cross-validation on this dataset chooses between the two, and the
-/// shipped executor is the base's followed by the correction ([`Executor::corrected_by`]) or
-/// the forest from scratch.
+/// [`train`], and with `bases`, per executor and base that has it with the same features,
+/// also a correction of the base's predictor: a forest on the residuals of its log latency
+/// over [`correction_grid`]. Cross-validation on this dataset chooses among them (the best
+/// correction, the first base on a tie, against the forest from scratch), and the shipped
+/// executor is the chosen base's followed by the correction ([`Executor::corrected_by`]) or
+/// the forest from scratch. Hosts differ by side: a base of a host of the same CPU maker may
+/// predict the CPU side best and one of the latest kernels the GPU side.
 pub fn train_from(
     rows: &[Row],
     meta: DeviceMeta,
     dataset_name: &str,
-    base: Option<&Base>,
+    bases: &[Base],
     mut log: impl FnMut(&str),
 ) -> Result<(Profile, Report), TrainError> {
     if rows.is_empty() {
@@ -531,37 +563,24 @@ pub fn train_from(
             Some((m, p)) => (Some(m), p),
             None => (None, grid()[5]),
         };
-        // The base's predictor of this executor, when it reads these features, or these but
-        // the kernel's loop-trip counts (a profile trained before them): its trees then read
-        // the same leading features of the longer rows, and a correction may use the counts.
         let full = feature_names(name, true);
         let without_counts = full.len() - kernel_count_names(name).len();
-        let widened;
-        let base_exec = match base.and_then(|b| b.profile.executors.get(name)) {
-            Some(e) if e.features == full => Some(e),
-            Some(e) if e.features.len() == without_counts && full.starts_with(&e.features) => {
-                widened = Executor {
-                    features: full.clone(),
-                    kernel_counts: true,
-                    forest: Forest::new(full.len(), e.forest.trees.clone()),
-                    ..e.clone()
-                };
-                Some(&widened)
+        let mut base_execs: Vec<(&Base, Executor)> = Vec::new();
+        for b in bases {
+            match base_predictor(b.profile, name, &full, without_counts) {
+                Some(e) => base_execs.push((b, e)),
+                None => log(&format!(
+                    "{name}: {} has no predictor of these features; not corrected",
+                    b.name
+                )),
             }
-            _ => {
-                if let Some(b) = base {
-                    log(&format!(
-                        "{name}: {} has no predictor of these features; trained from scratch",
-                        b.name
-                    ));
-                }
-                None
-            }
-        };
-        let (mut cv_from_scratch, mut cv_corrected, mut corrects) = (None, None, None);
-        // The base's log latency of the training rows, when the correction is chosen.
-        let mut train_prior = Vec::new();
-        if let (Some(b), Some(e)) = (base, base_exec) {
+        }
+        let (mut cv_from_scratch, mut cv_corrected) = (None, None);
+        let mut cv_corrections = BTreeMap::new();
+        // The best correction: its MAPE and parameters, which base, and that base's log
+        // latency of the training rows.
+        let mut best: Option<(f64, Params, usize, Vec<f64>)> = None;
+        for (i, (b, e)) in base_execs.iter().enumerate() {
             let prior: Vec<f64> = x.iter().map(|r| e.predict_log_ms(r)).collect();
             let scored = search_from(&train_rows, &x, &prior, &correction_grid(), cores, &[])?;
             if let Some((m, p)) = cheapest_within_tolerance(&scored) {
@@ -570,19 +589,32 @@ pub fn train_from(
                     b.name,
                     cv.map_or("-".into(), |c| format!("{c:.2}%"))
                 ));
-                (cv_from_scratch, cv_corrected) = (cv, Some(m));
-                // The correction evaluates the base's trees too: it must beat the forest from
-                // scratch by more than the search's tolerance, as a costlier forest must.
-                if cv.is_none_or(|c| m < c * (1.0 - CHEAPER_TOLERANCE)) {
-                    corrects = Some(b.name.clone());
-                    (cv, params) = (Some(m), p);
-                    train_prior = prior;
+                if bases.len() > 1 {
+                    cv_corrections.insert(b.name.clone(), m);
+                }
+                if best.as_ref().is_none_or(|(bm, ..)| m < *bm) {
+                    best = Some((m, p, i, prior));
                 }
             }
         }
+        let mut chosen: Option<&(&Base, Executor)> = None;
+        // The chosen base's log latency of the training rows (empty without a correction).
+        let mut train_prior = Vec::new();
+        if let Some((m, p, i, prior)) = best {
+            (cv_from_scratch, cv_corrected) = (cv, Some(m));
+            // The correction evaluates the base's trees too: it must beat the forest from
+            // scratch by more than the search's tolerance, as a costlier forest must.
+            if cv.is_none_or(|c| m < c * (1.0 - CHEAPER_TOLERANCE)) {
+                chosen = Some(&base_execs[i]);
+                (cv, params) = (Some(m), p);
+                train_prior = prior;
+            }
+        }
+        let corrects = chosen.map(|(b, _)| b.name.clone());
+        let base_exec = chosen.map(|(_, e)| e);
         // The same for other rows (empty without the correction).
         let prior = |x: &[Vec<f64>]| -> Vec<f64> {
-            match base_exec.filter(|_| corrects.is_some()) {
+            match base_exec {
                 Some(e) => x.iter().map(|r| e.predict_log_ms(r)).collect(),
                 None => Vec::new(),
             }
@@ -669,6 +701,7 @@ pub fn train_from(
                 corrects,
                 cv_mape_from_scratch: cv_from_scratch,
                 cv_mape_corrected: cv_corrected,
+                cv_mape_corrections: cv_corrections,
                 validation: acc,
                 without_dispatch,
                 without_counts: no_counts,
@@ -698,9 +731,15 @@ pub fn train_from(
             date: crate::bundle::today(),
             calibrations: Vec::new(),
             corun_datasets: Vec::new(),
-            base: base.map(|b| {
-                let p = &b.profile.provenance;
-                format!("{} (dataset {}, trained {})", b.name, p.dataset, p.date)
+            base: (!bases.is_empty()).then(|| {
+                bases
+                    .iter()
+                    .map(|b| {
+                        let p = &b.profile.provenance;
+                        format!("{} (dataset {}, trained {})", b.name, p.dataset, p.date)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
             }),
             tandem_version: format!("tandem {}", env!("CARGO_PKG_VERSION")),
             probe: crate::bundle::ProbeSpeed::of(rows),

@@ -1170,10 +1170,10 @@ fn a_base_profile_is_corrected_for_a_new_host() {
             setting: "test".into(),
         },
         "host2.csv",
-        Some(&train::Base {
+        &[train::Base {
             profile: &stale,
             name: "host1.profile".into(),
-        }),
+        }],
         |_| {},
     )
     .expect("training with a base");
@@ -1263,6 +1263,127 @@ fn a_base_profile_is_corrected_for_a_new_host() {
     assert_eq!(back, corrected);
 }
 
+/// With several bases, each executor corrects the base whose correction cross-validates best
+/// (or none, when the forest from scratch does better), and the report and provenance name
+/// every base.
+#[test]
+fn of_several_bases_each_executor_corrects_the_best() {
+    let (good, _) = trained(&synthetic_rows(90, 21));
+    // A base whose predictors have lost the latencies' shape: trained on the same layers with
+    // every latency scrambled by up to e^±1.5.
+    let mut rng = Rng::new(7);
+    let scrambled: Vec<Row> = synthetic_rows(90, 21)
+        .into_iter()
+        .map(|r| Row {
+            ms: r.ms * (1.5 * rng.symmetric() as f64).exp(),
+            ..r
+        })
+        .collect();
+    let (bad, _) = trained(&scrambled);
+    let few = on_another_host(&synthetic_rows(30, 41), 1);
+    let (corrected, report) = train::train_from(
+        &few,
+        DeviceMeta {
+            device: fake_device(),
+            cpu: "test cpu".into(),
+            host: None,
+            setting: "test".into(),
+        },
+        "host2.csv",
+        &[
+            train::Base {
+                profile: &bad,
+                name: "bad.profile".into(),
+            },
+            train::Base {
+                profile: &good,
+                name: "good.profile".into(),
+            },
+        ],
+        |_| {},
+    )
+    .expect("training with two bases");
+    let base = corrected.provenance.base.as_deref().expect("bases named");
+    assert!(
+        base.starts_with("bad.profile (dataset ") && base.contains("; good.profile (dataset "),
+        "{base}"
+    );
+    let mut by_good = 0;
+    for (name, r) in &report.executors {
+        // Each base's correction that the search could score (an executor with too few
+        // configurations for cross-validation has none).
+        let each = &r.cv_mape_corrections;
+        assert!(
+            each.keys()
+                .all(|b| b == "bad.profile" || b == "good.profile"),
+            "{name}: {each:?}"
+        );
+        let e = &corrected.executors[name];
+        let Some((best_name, best)) = each
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(n, m)| (n.clone(), *m))
+        else {
+            assert_eq!(r.corrects, None, "{name}");
+            assert_eq!(r.cv_mape_corrected, None, "{name}");
+            continue;
+        };
+        assert_eq!(r.cv_mape_corrected, Some(best), "{name}: {r:?}");
+        match &r.corrects {
+            Some(chosen) => {
+                assert_eq!(*chosen, best_name, "{name}: {r:?}");
+                assert_eq!(r.cv_mape, Some(best));
+                let from = if chosen == "good.profile" {
+                    &good
+                } else {
+                    &bad
+                };
+                let trees = from.executors[name].forest.trees.len();
+                assert_eq!(
+                    e.forest.trees[..trees],
+                    from.executors[name].forest.trees[..],
+                    "{name}"
+                );
+                assert_eq!(e.params["corrects"], chosen.as_str());
+                by_good += usize::from(chosen == "good.profile");
+            }
+            None => {
+                assert_eq!(r.cv_mape, r.cv_mape_from_scratch, "{name}");
+                assert!(!e.params.contains_key("corrects"), "{name}");
+            }
+        }
+    }
+    assert!(by_good >= 3, "{report:#?}");
+    assert!(
+        report
+            .executors
+            .values()
+            .any(|r| r.cv_mape_corrections.len() == 2),
+        "{report:#?}"
+    );
+    // One base: no per-base table (the report reads as before).
+    let (_, one) = train::train_from(
+        &few,
+        DeviceMeta {
+            device: fake_device(),
+            cpu: "test cpu".into(),
+            host: None,
+            setting: "test".into(),
+        },
+        "host2.csv",
+        &[train::Base {
+            profile: &good,
+            name: "good.profile".into(),
+        }],
+        |_| {},
+    )
+    .expect("training with one base");
+    assert!(one
+        .executors
+        .values()
+        .all(|r| r.cv_mape_corrections.is_empty()));
+}
+
 /// Of profiles of one OpenCL device, the one measured on this host, else the one whose host
 /// reported the nearest memory size.
 #[test]
@@ -1293,7 +1414,7 @@ fn the_profile_of_the_nearest_host_is_picked() {
     assert_eq!(pick_host(&with_memory(8.0), None, &[]), None);
 
     // A profile that recorded this host wins whatever memory this host reports now; one that
-    // recorded another host competes on memory with those that recorded none.
+    // recorded another host is taken only when no profile of an unknown host is left.
     let zen4 = "AuthenticAMD family 25 model 17 stepping 1";
     let zen5 = "AuthenticAMD family 26 model 2 stepping 0";
     let hosts = vec![
@@ -1305,9 +1426,17 @@ fn the_profile_of_the_nearest_host_is_picked() {
     assert_eq!(pick(11.0, Some(zen4)), Some("zen4.profile".into()));
     assert_eq!(pick(4.5, Some(zen5)), Some("zen5.profile".into()));
     let other = Some("GenuineIntel family 6 model 85 stepping 7");
-    assert_eq!(pick(11.0, other), Some("zen5.profile".into()));
+    assert_eq!(pick(11.4, other), Some("old.profile".into()));
     assert_eq!(pick(7.0, other), Some("old.profile".into()));
+    // This host's signature unknown: every profile competes on memory.
     assert_eq!(pick(4.0, None), Some("zen4.profile".into()));
+    assert_eq!(pick(11.0, None), Some("zen5.profile".into()));
+    // Only profiles of other hosts: the nearest of them.
+    let others = &hosts[..2];
+    assert_eq!(
+        pick_host(&with_memory(10.0), other, others),
+        Some("zen5.profile".into())
+    );
 }
 
 /// The device of a shipped dataset's sidecar (`*.device.json`).
@@ -1333,6 +1462,7 @@ fn each_shipped_hosts_device_picks_its_profile() {
         ("pocl-1core.device.json", "pocl-1core.profile"),
         ("pocl-1core-xeon2.device.json", "pocl-1core-xeon2.profile"),
         ("pocl-1core-xeon3.device.json", "pocl-1core-xeon3.profile"),
+        ("pocl-1core-xeon4.device.json", "pocl-1core-xeon4.profile"),
         ("pocl-1core-epyc.device.json", "pocl-1core-epyc.profile"),
         (
             "pocl-1core-epyc-zen4.device.json",
@@ -1366,6 +1496,20 @@ fn each_shipped_hosts_device_picks_its_profile() {
             "{gb} GB: {picked:?}"
         );
     }
+    // Another Intel host that reports the fourth one's memory (23.2 GB, against the first
+    // host's 22 GB) under another signature gets the first host's profile, which recorded no
+    // host, not the fourth's, which recorded another.
+    let (xeon4, _) = sidecar_device_and_host(&dir.join("pocl-1core-xeon4.device.json"));
+    let picked = tandem_predictors::bundle::default_for(
+        &xeon4,
+        Some("GenuineIntel family 6 model 143 stepping 8"),
+    );
+    assert!(
+        picked
+            .as_deref()
+            .is_some_and(|p| p.ends_with("predictors/profiles/pocl-1core.profile")),
+        "{picked:?}"
+    );
 }
 
 /// A profile in `explicit/` is used only when named (`--profile`): its host's device, which no
