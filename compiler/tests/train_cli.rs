@@ -663,37 +663,30 @@ fn base_speed_takes_the_datasets_machine_offset_out_before_correcting() {
 
     // --base-speed brings the data to one base's speed: with two bases it is refused, and so
     // is one base named twice (the report and provenance tell bases apart by file name).
-    let stderr = fails(
-        tandem()
-            .arg("train")
-            .arg(&data)
-            .arg("--base")
-            .arg(&base_path)
-            .arg("--base")
-            .arg(profiles().join("pocl-1core-xeon2.profile"))
-            .arg("--base-speed")
-            .arg("-o")
-            .arg(dir.path().join("no.profile")),
-    );
-    assert!(
-        stderr.contains("--base-speed takes exactly one --base") && stderr.contains("not 2"),
-        "{stderr}"
-    );
-    let stderr = fails(
-        tandem()
-            .arg("train")
-            .arg(&data)
-            .arg("--base")
-            .arg(&base_path)
-            .arg("--base")
-            .arg(&base_path)
-            .arg("-o")
-            .arg(dir.path().join("no.profile")),
-    );
-    assert!(
-        stderr.contains("a second base named 'pocl-1core.profile'"),
-        "{stderr}"
-    );
+    let xeon2 = profiles().join("pocl-1core-xeon2.profile");
+    for (bases, speed, says) in [
+        (
+            [&base_path, &xeon2],
+            true,
+            "--base-speed takes exactly one --base (the speed to bring the data to), not 2",
+        ),
+        (
+            [&base_path, &base_path],
+            false,
+            "a second base named 'pocl-1core.profile'",
+        ),
+    ] {
+        let mut cmd = tandem();
+        cmd.arg("train").arg(&data);
+        for b in bases {
+            cmd.arg("--base").arg(b);
+        }
+        if speed {
+            cmd.arg("--base-speed");
+        }
+        let stderr = fails(cmd.arg("-o").arg(dir.path().join("no.profile")));
+        assert!(stderr.contains(says), "{stderr}");
+    }
 }
 
 #[test]

@@ -367,19 +367,18 @@ fn bad_csv_names_file_line_and_field() {
     assert!(e.contains("/nonexistent/x.csv"), "{e}");
 }
 
+/// What the trainer is told about the fake device.
+fn test_meta() -> DeviceMeta {
+    DeviceMeta {
+        device: fake_device(),
+        cpu: "test cpu".into(),
+        host: None,
+        setting: "test".into(),
+    }
+}
+
 fn trained(rows: &[Row]) -> (Profile, train::Report) {
-    train::train(
-        rows,
-        DeviceMeta {
-            device: fake_device(),
-            cpu: "test cpu".into(),
-            host: None,
-            setting: "test".into(),
-        },
-        "synthetic.csv",
-        |_| {},
-    )
-    .expect("training")
+    train::train(rows, test_meta(), "synthetic.csv", |_| {}).expect("training")
 }
 
 #[test]
@@ -1163,12 +1162,7 @@ fn a_base_profile_is_corrected_for_a_new_host() {
         .push("a_feature_of_another_tandem".into());
     let (corrected, report) = train::train_from(
         &few,
-        DeviceMeta {
-            device: fake_device(),
-            cpu: "test cpu".into(),
-            host: None,
-            setting: "test".into(),
-        },
+        test_meta(),
         "host2.csv",
         &[train::Base {
             profile: &stale,
@@ -1283,12 +1277,7 @@ fn of_several_bases_each_executor_corrects_the_best() {
     let few = on_another_host(&synthetic_rows(30, 41), 1);
     let (corrected, report) = train::train_from(
         &few,
-        DeviceMeta {
-            device: fake_device(),
-            cpu: "test cpu".into(),
-            host: None,
-            setting: "test".into(),
-        },
+        test_meta(),
         "host2.csv",
         &[
             train::Base {
@@ -1364,12 +1353,7 @@ fn of_several_bases_each_executor_corrects_the_best() {
     // One base: no per-base table (the report reads as before).
     let (_, one) = train::train_from(
         &few,
-        DeviceMeta {
-            device: fake_device(),
-            cpu: "test cpu".into(),
-            host: None,
-            setting: "test".into(),
-        },
+        test_meta(),
         "host2.csv",
         &[train::Base {
             profile: &good,
