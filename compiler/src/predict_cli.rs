@@ -202,6 +202,13 @@ pub struct TrainArgs {
     /// against the same latency.
     #[arg(long, default_value = "median", value_parser = parse_latency)]
     pub latency: dataset::Latency,
+    /// Fit the profile's speed model on these datasets of the device instead of on the
+    /// datasets it is trained on: sets measured at other hours that the forests have not seen,
+    /// whose levels against the new profile show how its predictions move with the reference
+    /// layer (a fit on the training sets sees the levels the forests already absorbed).
+    /// Needs at least 4. Repeatable.
+    #[arg(long, value_name = "LATER.csv")]
+    pub speed_from: Vec<PathBuf>,
 }
 
 fn parse_latency(s: &str) -> Result<dataset::Latency, String> {
@@ -275,6 +282,32 @@ pub struct CalibrateArgs {
     /// standard errors of 1).
     #[arg(long, default_value_t = calibrate::DEFAULT_MIN_CONFIGS)]
     pub min_configs: usize,
+}
+
+/// `tandem flatten`: distil a profile's long forests into short ones.
+#[derive(Args, Debug, Clone)]
+pub struct FlattenArgs {
+    /// The profile whose long forests to flatten (corrections of corrections, say).
+    pub profile: PathBuf,
+    /// The flattened profile to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// The most trees a forest may keep: longer ones are replaced by a forest of at most this
+    /// many, fit to their predictions. A sweep over a layer's splits costs about in
+    /// proportion to the trees (200: the training grid's bound).
+    #[arg(long, default_value_t = 200)]
+    pub max_trees: u32,
+    /// Random configurations drawn per op kind (each at 8 channel counts) whose features the
+    /// new forests are fit on.
+    #[arg(long, default_value_t = 3000)]
+    pub configs: usize,
+    /// Seed of the random configurations (and of LightGBM).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// A dataset of the device whose rows' features join the random ones (its latencies are
+    /// not used: the old forest is the target). Repeatable.
+    #[arg(long, value_name = "DATASET.csv")]
+    pub data: Vec<PathBuf>,
 }
 
 /// [`dataset::read`] of `path`, saying how many rows of a CPU loop or GPU launch the runtime
@@ -614,6 +647,58 @@ pub fn profile(args: &ProfileArgs) -> Result<()> {
     Ok(())
 }
 
+/// Runs `tandem flatten`.
+#[cfg(not(feature = "lightgbm"))]
+pub fn flatten(_args: &FlattenArgs) -> Result<()> {
+    bail!("this tandem was built without LightGBM (feature `lightgbm`); rebuild with it to flatten")
+}
+
+/// Runs `tandem flatten`.
+#[cfg(feature = "lightgbm")]
+pub fn flatten(args: &FlattenArgs) -> Result<()> {
+    use tandem_predictors::flatten::{flatten, FlattenOptions};
+    let profile = Profile::load(&args.profile)?;
+    if args.configs == 0 {
+        bail!("--configs must be at least 1");
+    }
+    let mut datasets = Vec::new();
+    for path in &args.data {
+        let rows = read_dataset(path)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        datasets.push((name, rows));
+    }
+    let opts = FlattenOptions {
+        max_trees: args.max_trees,
+        configs_per_op: args.configs,
+        seed: args.seed,
+        ..FlattenOptions::default()
+    };
+    let (flat, report) = flatten(&profile, &datasets, &opts)
+        .with_context(|| format!("cannot flatten {}", args.profile.display()))?;
+    flat.save(&args.output)?;
+    println!(
+        "| executor | trees before | trees after | fit rows | held-out rows | median error | \
+         99th percentile |\n|---|---:|---:|---:|---:|---:|---:|"
+    );
+    for (name, e) in &report.executors {
+        println!(
+            "| {name} | {} | {} | {} | {} | {:.2}% | {:.2}% |",
+            e.trees_before, e.trees_after, e.rows, e.held_out, e.median_error, e.p99_error
+        );
+    }
+    if report.executors.is_empty() {
+        println!(
+            "no forest has more than {} trees: nothing to flatten",
+            args.max_trees
+        );
+    }
+    println!("flattened profile → {}", args.output.display());
+    Ok(())
+}
+
 /// Runs `tandem train`.
 #[cfg(not(feature = "lightgbm"))]
 pub fn train(_args: &TrainArgs) -> Result<()> {
@@ -752,7 +837,31 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         &bases,
         |line| eprintln!("{line}"),
     )?;
-    if measured.len() >= tandem_predictors::speed::MIN_DATASETS {
+    if !args.speed_from.is_empty() {
+        let (device, cpu) = first.clone().unwrap_or_default();
+        let mut later = Vec::new();
+        for path in &args.speed_from {
+            let rows = dataset::with_latency(read_dataset(path)?, args.latency, path)?;
+            if let Some(r) = rows.iter().find(|r| r.device != device || r.cpu != cpu) {
+                bail!(
+                    "--speed-from {}: measured on '{}' with '{}', {} on '{device}' with '{cpu}'",
+                    path.display(),
+                    r.device,
+                    r.cpu,
+                    args.dataset.display()
+                );
+            }
+            later.push((path, rows));
+        }
+        if later.len() < tandem_predictors::speed::MIN_DATASETS {
+            bail!(
+                "--speed-from: {} datasets, a speed model needs at least {}",
+                later.len(),
+                tandem_predictors::speed::MIN_DATASETS
+            );
+        }
+        profile.speed = speed_model(&profile, &later);
+    } else if measured.len() >= tandem_predictors::speed::MIN_DATASETS {
         profile.speed = speed_model(&profile, &measured);
     }
     profile.contention = contention;

@@ -5,7 +5,9 @@
 //! `tandem train --corun`: the contention of split steps. `tandem train --base`: the predictors
 //! of another host's profile corrected where cross-validation prefers it. `tandem train --add`:
 //! further datasets pooled, each at the base's speed with `--base-speed`. `tandem train
-//! --latency least`: the fastest repetitions fitted, and scored so by `tandem eval`.
+//! --latency least`: the fastest repetitions fitted, and scored so by `tandem eval`. `tandem
+//! train --speed-from`: the speed model fitted on later datasets. `tandem flatten`: long
+//! forests distilled into short ones.
 #![cfg(feature = "lightgbm")]
 
 use std::collections::BTreeSet;
@@ -988,6 +990,38 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
         stderr.contains("the profile plain.profile has no speed model"),
         "{stderr}"
     );
+
+    // `--speed-from`: the speed model fitted on other datasets than the training set (here
+    // one hour's training, the four hours as the later sets); fewer than four are refused.
+    let later = dir.path().join("later.profile");
+    let mut train = tandem();
+    train.arg("train").arg(&paths[0]);
+    for p in &paths {
+        train.arg("--speed-from").arg(p);
+    }
+    let stderr = succeeds(train.arg("-o").arg(&later));
+    assert!(stderr.contains("hour3.csv: GPU side probe"), "{stderr}");
+    let fitted = tandem_predictors::Profile::load(&later).expect("profile");
+    for side in [fitted.speed.gpu, fitted.speed.cpu] {
+        let s = side.expect("a model per side");
+        assert!((s.elasticity - 0.5).abs() < 0.05, "{s:?}");
+        assert_eq!(s.datasets, 4);
+    }
+    let plain_profile = tandem_predictors::Profile::load(&plain).expect("profile");
+    assert_eq!(
+        fitted.executors, plain_profile.executors,
+        "the same forests"
+    );
+    let mut train = tandem();
+    train.arg("train").arg(&paths[0]);
+    for p in &paths[1..] {
+        train.arg("--speed-from").arg(p);
+    }
+    let stderr = fails(train.arg("-o").arg(dir.path().join("three.profile")));
+    assert!(
+        stderr.contains("--speed-from: 3 datasets, a speed model needs at least 4"),
+        "{stderr}"
+    );
 }
 
 /// `tandem train --latency least` fits each point's fastest repetition and records the choice;
@@ -1118,4 +1152,53 @@ fn a_profile_trained_on_least_latencies_is_scored_on_them() {
         .collect();
     assert!(!sampled.is_empty(), "{c:?}");
     assert!(sampled.iter().all(|f| (f - 1.0).abs() < 0.1), "{c:?}");
+}
+
+/// `tandem flatten`: the fourth Intel host's profile (corrections of corrections) flattened to
+/// 100 trees prints a table of what it flattened, writes a loadable profile whose forests have
+/// at most 100 trees and whose provenance records it; a missing profile, a dataset that is not
+/// one and `--max-trees 0` are refused with errors naming them.
+#[test]
+fn flatten_shortens_the_forests_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shipped = profiles().join("pocl-1core-xeon4.profile");
+    let out = dir.path().join("flat.profile");
+    let run = run_ok(
+        tandem()
+            .arg("flatten")
+            .arg(&shipped)
+            .args(["--max-trees", "100", "--configs", "200", "-o"])
+            .arg(&out),
+    );
+    let table = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(table.contains("| cpu_conv_t1 |"), "{table}");
+    let flat = tandem_predictors::Profile::load(&out).expect("a loadable profile");
+    assert!(flat.executors.values().all(|e| e.forest.trees.len() <= 100));
+    let recorded = flat.provenance.flattened.expect("recorded");
+    assert_eq!(recorded.max_trees, 100);
+    assert!(recorded.executors.contains_key("cpu_conv_t1"));
+
+    let missing = dir.path().join("nothing.profile");
+    let err = fails(tandem().arg("flatten").arg(&missing).arg("-o").arg(&out));
+    assert!(err.contains("nothing.profile"), "{err}");
+    let not_data = dir.path().join("notes.csv");
+    std::fs::write(&not_data, "just,some\nwords,here\n").expect("write");
+    let err = fails(
+        tandem()
+            .arg("flatten")
+            .arg(&shipped)
+            .arg("--data")
+            .arg(&not_data)
+            .arg("-o")
+            .arg(&out),
+    );
+    assert!(err.contains("notes.csv"), "{err}");
+    let err = fails(
+        tandem()
+            .arg("flatten")
+            .arg(&shipped)
+            .args(["--max-trees", "0", "-o"])
+            .arg(&out),
+    );
+    assert!(err.contains("--max-trees"), "{err}");
 }

@@ -75,6 +75,9 @@ pub struct Provenance {
     /// ([`crate::dataset::Latency`]); absent (median) in profiles trained before the choice.
     #[serde(default, skip_serializing_if = "is_median")]
     pub latency: crate::dataset::Latency,
+    /// How long forests were distilled into short ones (`tandem flatten`), if they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flattened: Option<crate::flatten::Flattening>,
 }
 
 fn is_median(l: &crate::dataset::Latency) -> bool {

@@ -823,6 +823,93 @@ mod tests {
         }
     }
 
+    /// A random tree of `leaves` leaves and any shape (LightGBM's numbering: a node's
+    /// children come after it), splitting on features `0..features` at thresholds among the
+    /// values `0..8`.
+    fn random_tree(draw: &mut impl FnMut(u64) -> f64, leaves: usize, features: u64) -> Tree {
+        let mut t = Tree {
+            split_feature: vec![],
+            threshold: vec![],
+            decision_type: vec![],
+            left_child: vec![],
+            right_child: vec![],
+            leaf_value: (0..leaves).map(|_| draw(1000) / 7.0 - 70.0).collect(),
+        };
+        // Grow by splitting a random open slot (a child still to be filled) into a node.
+        // `open` holds (parent node, is the left child).
+        let mut open: Vec<(Option<usize>, bool)> = vec![(None, true)];
+        while t.split_feature.len() + 1 < leaves {
+            let (parent, left) = open.swap_remove(draw(open.len() as u64) as usize);
+            let node = t.split_feature.len();
+            t.split_feature.push(draw(features) as u32);
+            t.threshold.push(draw(16) / 2.0);
+            t.decision_type
+                .push([0, 0b0110, 0b0100, 0b1000][draw(4) as usize]);
+            t.left_child.push(0);
+            t.right_child.push(0);
+            match (parent, left) {
+                (Some(p), true) => t.left_child[p] = node as i32,
+                (Some(p), false) => t.right_child[p] = node as i32,
+                (None, _) => {}
+            }
+            open.push((Some(node), true));
+            open.push((Some(node), false));
+        }
+        // The remaining slots are the leaves.
+        for (leaf, (parent, left)) in open.into_iter().enumerate() {
+            if let Some(p) = parent {
+                if left {
+                    t.left_child[p] = !(leaf as i32);
+                } else {
+                    t.right_child[p] = !(leaf as i32);
+                }
+            }
+        }
+        t
+    }
+
+    /// Deep, unbalanced trees of up to 60 leaves (LightGBM's usual shapes), batches of 1 to
+    /// 70 rows: every row of a batch scores bit for bit as alone.
+    #[test]
+    fn deep_trees_score_a_batch_as_each_row_alone() {
+        let mut rng = tandem_runtime::rng::Rng::new(11);
+        let mut draw = move |n: u64| (rng.next_u64() % n.max(1)) as f64;
+        let features = 6;
+        let trees: Vec<Tree> = (0..60)
+            .map(|i| random_tree(&mut draw, 1 + (i * 7) % 60, features))
+            .collect();
+        let forest = Forest::new(features as usize, trees);
+        forest.check().expect("a consistent forest");
+        for round in 0..200u32 {
+            let n = 1 + draw(70) as usize;
+            let columns: Vec<Vec<f64>> = (0..features)
+                .map(|_| {
+                    let base = draw(9);
+                    let mut column: Vec<f64> = (0..n).map(|_| draw(17) / 2.0).collect();
+                    match draw(5) as u32 {
+                        0 => column.fill(base),
+                        1 => column[draw(n as u64) as usize] = f64::NAN,
+                        2 => column.sort_by(f64::total_cmp),
+                        3 => column.sort_by(|a, b| b.total_cmp(a)),
+                        _ => {}
+                    }
+                    column
+                })
+                .collect();
+            let rows: Vec<Vec<f64>> = (0..n)
+                .map(|r| columns.iter().map(|c| c[r]).collect())
+                .collect();
+            let refs: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+            for (x, b) in rows.iter().zip(forest.predict_batch(&refs)) {
+                assert_eq!(
+                    b.to_bits(),
+                    forest.predict(x).to_bits(),
+                    "round {round}, row {x:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn composed_forests_and_baselines_add_their_parts() {
         let a = Forest::new(2, vec![tree(&[0], &[1.0], &[0], &[(!0, !1)])]);

@@ -14,6 +14,8 @@
 //! - [`calibrate`]: per-executor factors that bring a profile to the device's speed today.
 //! - [`corun`]: the contention of split steps (both sides at once), measured and fitted.
 //! - [`speed`]: how the latencies follow the machine's speed of the hour, by the reference layer.
+//! - [`flatten`]: long forests (chains of corrections) distilled into short ones (the fitting
+//!   needs feature `lightgbm`).
 
 pub mod bundle;
 pub mod calibrate;
@@ -22,6 +24,7 @@ pub mod cpu_counts;
 pub mod dataset;
 pub mod eval;
 pub mod features;
+pub mod flatten;
 pub mod forest;
 pub mod kernel_counts;
 pub mod measure;

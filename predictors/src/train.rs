@@ -744,6 +744,7 @@ pub fn train_from(
             tandem_version: format!("tandem {}", env!("CARGO_PKG_VERSION")),
             probe: crate::bundle::ProbeSpeed::of(rows),
             latency: Default::default(),
+            flattened: None,
             dataset: dataset_name.to_string(),
             samples: rows.len(),
             configs: configs.len(),

@@ -1547,3 +1547,94 @@ fn the_zen4_median_profile_has_executor_speed_models_and_a_bad_one_is_named() {
     let err = Profile::parse(&json.to_string()).expect_err("refused");
     assert!(err.contains("speed.executors.conv_grouped"), "{err}");
 }
+
+/// `tandem flatten`: the shipped fourth Intel host's profile has corrections of corrections
+/// (280–360 trees); flattened to 60 trees, every long forest is short, follows the old one on
+/// held-out rows, and the short forests and everything else are unchanged; the result loads,
+/// repeats bit for bit, and a bound of 0 trees is refused.
+#[test]
+fn flattening_shortens_long_forests_and_follows_them() {
+    use tandem_predictors::flatten::{flatten, FlattenOptions};
+    let path = tandem_predictors::bundle::shipped_dir().join("pocl-1core-xeon4.profile");
+    let profile = Profile::load(&path).expect("the shipped profile");
+    let opts = FlattenOptions {
+        max_trees: 60,
+        configs_per_op: 300,
+        ..FlattenOptions::default()
+    };
+    let (flat, report) = flatten(&profile, &[], &opts).expect("flatten");
+    let long: Vec<&String> = profile
+        .executors
+        .iter()
+        .filter(|(_, e)| e.forest.trees.len() > 60)
+        .map(|(n, _)| n)
+        .collect();
+    assert!(long.len() >= 5, "the profile has long forests: {long:?}");
+    assert_eq!(report.executors.keys().collect::<Vec<_>>(), long);
+    for (name, e) in &flat.executors {
+        let old = &profile.executors[name];
+        assert_eq!(e.baseline, old.baseline, "{name}");
+        assert_eq!(e.scale, old.scale, "{name}");
+        if long.contains(&name) {
+            assert!(
+                e.forest.trees.len() <= 60,
+                "{name}: {}",
+                e.forest.trees.len()
+            );
+            let r = &report.executors[name];
+            assert_eq!(r.trees_before, old.forest.trees.len());
+            assert!(r.held_out >= 10, "{name}: {} held-out rows", r.held_out);
+            assert!(
+                r.median_error < 3.0 && r.p99_error < 25.0,
+                "{name}: median {:.2}%, p99 {:.2}%",
+                r.median_error,
+                r.p99_error
+            );
+        } else {
+            assert_eq!(e.forest, old.forest, "{name} is short and stays");
+        }
+    }
+    // A layer's sweep with the flat profile stays near the old one's predictions.
+    let layer = Layer {
+        op: OpKind::Conv,
+        n: 1,
+        h: 28,
+        w: 28,
+        cin: 128,
+        oh: 28,
+        ow: 28,
+        cout: 128,
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad_t: 1,
+        pad_l: 1,
+        groups: 1,
+    };
+    let (a, b) = (
+        profile.sweep(&layer, 1).expect("sweep"),
+        flat.sweep(&layer, 1).expect("sweep"),
+    );
+    for (x, y) in a.iter().zip(&b) {
+        assert!(
+            (y.total_ms / x.total_ms - 1.0).abs() < 0.15,
+            "{} GPU channels: {} vs {} ms",
+            x.gpu_channels,
+            x.total_ms,
+            y.total_ms
+        );
+    }
+    let recorded = flat.provenance.flattened.as_ref().expect("recorded");
+    assert_eq!(recorded, &report);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("flat.profile");
+    flat.save(&out).expect("save");
+    assert_eq!(Profile::load(&out).expect("load"), flat);
+    let (again, _) = flatten(&profile, &[], &opts).expect("flatten again");
+    assert_eq!(again, flat, "deterministic");
+    let zero = FlattenOptions {
+        max_trees: 0,
+        ..opts
+    };
+    assert!(flatten(&profile, &[], &zero).is_err());
+}

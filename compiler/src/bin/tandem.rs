@@ -42,6 +42,9 @@ enum Command {
     /// Calibrate a device profile to the device's speed today from a short recent measurement
     /// (one factor per executor).
     Calibrate(tandem_compiler::predict_cli::CalibrateArgs),
+    /// Distil a profile's long forests (corrections of corrections) into short ones, so that
+    /// the compile-time sweep stays fast.
+    Flatten(tandem_compiler::predict_cli::FlattenArgs),
     /// Compile a .tflite model into a .tandem artifact.
     Compile {
         /// The `.tflite` model.
@@ -234,6 +237,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Train(args) => tandem_compiler::predict_cli::train(&args)?,
         Command::Eval(args) => tandem_compiler::predict_cli::eval(&args)?,
         Command::Calibrate(args) => tandem_compiler::predict_cli::calibrate(&args)?,
+        Command::Flatten(args) => tandem_compiler::predict_cli::flatten(&args)?,
         Command::Inspect { model, json } => {
             let bytes = std::fs::read(&model)
                 .with_context(|| format!("cannot read {}", model.display()))?;

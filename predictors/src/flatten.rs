@@ -1,0 +1,296 @@
+//! Flattening a profile's long forests into short ones (`tandem flatten`), so that the
+//! compile-time sweep stays fast.
+//!
+//! A corrected executor (`tandem train --base`) evaluates its base's trees and its own: the
+//! corrections of a correction carry 280–360 trees, and a sweep over a layer's splits costs in
+//! proportion (`cargo xtask bench predictors`: 0.12–0.15 ms per layer on the fourth Intel host,
+//! against the issue's 0.1 ms). Flattening *distils* such a forest: a new LightGBM forest of at
+//! most `max_trees` trees is fit to the old forest's raw score (the log-latency sum of its
+//! trees) on many feature rows, and replaces it; the executor's baseline and scale stay.
+//!
+//! The rows are what the compiler will ask about: the features of random configurations
+//! (drawn as `tandem profile` draws them, without its size limits) at several channel counts
+//! each, every one routed to
+//! the executor that runs it (the CPU executor of its op kind and thread count, the GPU
+//! executor its dispatch picks on the profile's device), and, where given, the rows of
+//! datasets. Nothing is measured: the old forest is the teacher, so rows cost only features.
+//!
+//! Contracts:
+//! - Only executors whose forest has more than `max_trees` trees change; the others, the
+//!   baselines, scales, contention and speed model are copied as they are.
+//! - A flattened executor's predictions follow the old ones within the fidelity reported per
+//!   executor (median and 99th percentile of `|student / teacher − 1|` on rows held out of the
+//!   fit, in percent); the provenance records the flattening and its fidelity.
+//! - Deterministic in `seed` (LightGBM runs deterministic).
+
+#[cfg(feature = "lightgbm")]
+pub use fit::{flatten, FlattenOptions};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How a profile was flattened (recorded in its provenance).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Flattening {
+    /// The most trees a flattened forest has.
+    pub max_trees: u32,
+    /// Random configurations drawn per op kind.
+    pub configs_per_op: usize,
+    pub seed: u64,
+    /// Dataset files whose rows joined the random ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub datasets: Vec<String>,
+    /// Per flattened executor.
+    pub executors: BTreeMap<String, FlattenedExecutor>,
+}
+
+/// One flattened executor: its trees before and after, and how closely it follows the old
+/// forest on rows held out of the fit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlattenedExecutor {
+    pub trees_before: usize,
+    pub trees_after: usize,
+    /// Rows the new forest was fit on.
+    pub rows: usize,
+    /// Median of `|new / old − 1|` over the held-out rows, percent.
+    pub median_error: f64,
+    /// 99th percentile of the same, percent.
+    pub p99_error: f64,
+    /// Held-out rows.
+    pub held_out: usize,
+}
+
+/// The distillation itself (LightGBM: feature `lightgbm`).
+#[cfg(feature = "lightgbm")]
+mod fit {
+    use super::{FlattenedExecutor, Flattening};
+    use crate::bundle::Profile;
+    use crate::dataset::Row;
+    use crate::features::{
+        cpu_executor, cpu_features, gpu_executor, gpu_features, row_features, Layer, OpKind,
+    };
+    use crate::forest::Forest;
+    use crate::measure::{channel_points, random_layers, Limits};
+    use crate::train::TrainError;
+    use lightgbm3::{Booster, Dataset};
+    use serde_json::json;
+    use std::collections::BTreeMap;
+    use tandem_runtime::rng::Rng;
+
+    /// What to flatten and with how many rows.
+    #[derive(Debug, Clone)]
+    pub struct FlattenOptions {
+        pub max_trees: u32,
+        /// Random configurations per op kind.
+        pub configs_per_op: usize,
+        /// Channel counts per configuration.
+        pub points: usize,
+        pub seed: u64,
+    }
+
+    impl Default for FlattenOptions {
+        fn default() -> Self {
+            FlattenOptions {
+                max_trees: 200,
+                configs_per_op: 3000,
+                points: 8,
+                seed: 1,
+            }
+        }
+    }
+
+    /// Feature rows per executor name.
+    type RowsByExecutor = BTreeMap<String, Vec<Vec<f64>>>;
+
+    /// The profile with every forest over `opts.max_trees` trees distilled into one of at most
+    /// that many; `datasets` are `(file name, rows)` whose rows join the random ones. Errors name
+    /// the executor.
+    pub fn flatten(
+        profile: &Profile,
+        datasets: &[(String, Vec<Row>)],
+        opts: &FlattenOptions,
+    ) -> Result<(Profile, Flattening), TrainError> {
+        if opts.max_trees == 0 {
+            return Err(TrainError::Data("--max-trees must be at least 1".into()));
+        }
+        let long: Vec<&String> = profile
+            .executors
+            .iter()
+            .filter(|(_, e)| e.forest.trees.len() > opts.max_trees as usize)
+            .map(|(name, _)| name)
+            .collect();
+        let mut rows = random_rows(profile, opts);
+        for (_, data) in datasets {
+            for r in data {
+                if profile.executors.contains_key(&r.executor) {
+                    rows.entry(r.executor.clone())
+                        .or_default()
+                        .push(row_features(r, true));
+                }
+            }
+        }
+        let mut out = profile.clone();
+        let mut executors = BTreeMap::new();
+        for name in long {
+            let e = &profile.executors[name];
+            let n = e.features.len();
+            let x: Vec<Vec<f64>> = rows
+                .get(name)
+                .map(|v| {
+                    v.iter()
+                        .filter(|r| r.len() >= n)
+                        .map(|r| r[..n].to_vec())
+                        .collect()
+                })
+                .unwrap_or_default();
+            if x.len() < 100 {
+                return Err(TrainError::Data(format!(
+                    "{name}: only {} feature rows to flatten on (at least 100 needed: draw more \
+                     configurations, or add a dataset that has the executor)",
+                    x.len()
+                )));
+            }
+            let (forest, report) = distil(&e.forest, &x, opts)
+                .map_err(|err| TrainError::Data(format!("{name}: {err}")))?;
+            if let Some(slot) = out.executors.get_mut(name) {
+                slot.forest = forest;
+            }
+            executors.insert(name.clone(), report);
+        }
+        let flattening = Flattening {
+            max_trees: opts.max_trees,
+            configs_per_op: opts.configs_per_op,
+            seed: opts.seed,
+            datasets: datasets.iter().map(|(n, _)| n.clone()).collect(),
+            executors,
+        };
+        out.provenance.flattened = Some(flattening.clone());
+        Ok((out, flattening))
+    }
+
+    /// Feature rows of random configurations of every op kind the profile has executors for, at
+    /// `opts.points` channel counts each, by the executor that runs them.
+    fn random_rows(profile: &Profile, opts: &FlattenOptions) -> RowsByExecutor {
+        let mut threads: Vec<usize> = profile
+            .executors
+            .keys()
+            .filter(|name| name.starts_with("cpu_"))
+            .filter_map(|name| name.rsplit_once("_t").and_then(|(_, t)| t.parse().ok()))
+            .collect();
+        threads.sort_unstable();
+        threads.dedup();
+        let mut rng = Rng::new(opts.seed ^ 0x5eed_f1a7);
+        let mut out = RowsByExecutor::new();
+        let ops = [
+            OpKind::Conv,
+            OpKind::Depthwise,
+            OpKind::GroupedConv,
+            OpKind::Linear,
+        ];
+        for (i, &op) in ops.iter().enumerate() {
+            let layers = random_layers(
+                &[op],
+                opts.configs_per_op,
+                opts.seed.wrapping_add(i as u64),
+                // Without the profiler's size limits: the compiler also asks about layers
+                // larger than any it measures (VGG16's), where the old forest extrapolates.
+                &Limits {
+                    max_flops: f64::INFINITY,
+                    max_weights: usize::MAX,
+                },
+            );
+            for layer in &layers {
+                add_layer_rows(profile, layer, &threads, opts.points, &mut rng, &mut out);
+            }
+        }
+        out
+    }
+
+    /// The rows of `layer` at `points` channel counts: its GPU part of each count and its CPU part
+    /// at each thread count.
+    fn add_layer_rows(
+        profile: &Profile,
+        layer: &Layer,
+        threads: &[usize],
+        points: usize,
+        rng: &mut Rng,
+        out: &mut RowsByExecutor,
+    ) {
+        for c in channel_points(layer.cout, 1, points, rng) {
+            let (d, x) = gpu_features(layer, c, profile.device());
+            out.entry(gpu_executor(layer.op, d.variant))
+                .or_default()
+                .push(x);
+            for &t in threads {
+                out.entry(cpu_executor(layer.op, t))
+                    .or_default()
+                    .push(cpu_features(layer, c, t));
+            }
+        }
+    }
+
+    /// A forest of at most `opts.max_trees` trees fit to `teacher`'s raw score on `x` (a tenth of
+    /// the rows held out to measure how closely it follows).
+    fn distil(
+        teacher: &Forest,
+        x: &[Vec<f64>],
+        opts: &FlattenOptions,
+    ) -> Result<(Forest, FlattenedExecutor), TrainError> {
+        let target: Vec<f64> = x.iter().map(|r| teacher.predict(r)).collect();
+        let held = |i: usize| i % 10 == 9;
+        let fit_x: Vec<&Vec<f64>> = x
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !held(*i))
+            .map(|(_, r)| r)
+            .collect();
+        let fit_y: Vec<f32> = target
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !held(*i))
+            .map(|(_, &t)| t as f32)
+            .collect();
+        let nf = x[0].len();
+        let flat: Vec<f64> = fit_x.iter().flat_map(|r| r.iter().copied()).collect();
+        let ds = Dataset::from_slice(&flat, &fit_y, nf as i32, true)
+            .map_err(|e| TrainError::LightGbm(e.to_string()))?;
+        let params = json!({
+            "objective": "regression",
+            "num_leaves": 127,
+            "min_data_in_leaf": 2,
+            "learning_rate": 0.2,
+            "num_iterations": opts.max_trees,
+            "max_bin": 1023,
+            "min_data_in_bin": 1,
+            "feature_pre_filter": false,
+            "lambda_l2": 0.0,
+            "num_threads": std::thread::available_parallelism().map_or(1, |n| n.get()),
+            "deterministic": true,
+            "seed": opts.seed,
+            "verbosity": -1,
+        });
+        let booster =
+            Booster::train(ds, &params).map_err(|e| TrainError::LightGbm(e.to_string()))?;
+        let text = booster
+            .save_string()
+            .map_err(|e| TrainError::LightGbm(e.to_string()))?;
+        let student = Forest::from_lightgbm(&text).map_err(TrainError::LightGbm)?;
+        let mut errors: Vec<f64> = x
+            .iter()
+            .zip(&target)
+            .enumerate()
+            .filter(|(i, _)| held(*i))
+            .map(|(_, (r, &t))| ((student.predict(r) - t).exp() - 1.0).abs() * 100.0)
+            .collect();
+        errors.sort_by(f64::total_cmp);
+        let at = |q: f64| errors[((errors.len() - 1) as f64 * q).round() as usize];
+        let report = FlattenedExecutor {
+            trees_before: teacher.trees.len(),
+            trees_after: student.trees.len(),
+            rows: fit_y.len(),
+            median_error: at(0.5),
+            p99_error: at(0.99),
+            held_out: errors.len(),
+        };
+        Ok((student, report))
+    }
+}
