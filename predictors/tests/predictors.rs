@@ -1595,22 +1595,7 @@ fn flattening_shortens_long_forests_and_follows_them() {
         }
     }
     // A layer's sweep with the flat profile stays near the old one's predictions.
-    let layer = Layer {
-        op: OpKind::Conv,
-        n: 1,
-        h: 28,
-        w: 28,
-        cin: 128,
-        oh: 28,
-        ow: 28,
-        cout: 128,
-        kh: 3,
-        kw: 3,
-        stride: 1,
-        pad_t: 1,
-        pad_l: 1,
-        groups: 1,
-    };
+    let layer = dataset::layer_of_key("conv:1x28x28x128:28x28x128:k3x3:s1:p1x1").expect("a key");
     let (a, b) = (
         profile.sweep(&layer, 1).expect("sweep"),
         flat.sweep(&layer, 1).expect("sweep"),
