@@ -310,6 +310,28 @@ pub struct FlattenArgs {
     pub data: Vec<PathBuf>,
 }
 
+/// An error naming `flag` and `path` when a row of `rows` was measured on another device or
+/// CPU than `main` (device, CPU), those of `main_path` (the main dataset, or the profile).
+fn refuse_other_device(
+    flag: &str,
+    path: &Path,
+    rows: &[dataset::Row],
+    main: &(String, String),
+    main_path: &Path,
+) -> Result<()> {
+    let (device, cpu) = main;
+    if let Some(r) = rows.iter().find(|r| &r.device != device || &r.cpu != cpu) {
+        bail!(
+            "{flag} {}: measured on '{}' with '{}', {} on '{device}' with '{cpu}'",
+            path.display(),
+            r.device,
+            r.cpu,
+            main_path.display()
+        );
+    }
+    Ok(())
+}
+
 /// [`dataset::read`] of `path`, saying how many rows of a CPU loop or GPU launch the runtime
 /// has since replaced it left out.
 fn read_dataset(path: &Path) -> Result<Vec<dataset::Row>> {
@@ -661,9 +683,12 @@ pub fn flatten(args: &FlattenArgs) -> Result<()> {
     if args.configs == 0 {
         bail!("--configs must be at least 1");
     }
+    // Rows of another device would carry another dispatch's features.
+    let main = (profile.device().label(), profile.provenance.cpu.clone());
     let mut datasets = Vec::new();
     for path in &args.data {
         let rows = read_dataset(path)?;
+        refuse_other_device("--data", path, &rows, &main, &args.profile)?;
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -780,17 +805,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         };
         match &first {
             None => first = Some((r.device.clone(), r.cpu.clone())),
-            Some((device, cpu)) => {
-                if let Some(r) = these.iter().find(|r| &r.device != device || &r.cpu != cpu) {
-                    bail!(
-                        "--add {}: measured on '{}' with '{}', {} on '{device}' with '{cpu}'",
-                        path.display(),
-                        r.device,
-                        r.cpu,
-                        args.dataset.display()
-                    );
-                }
-            }
+            Some(main) => refuse_other_device("--add", path, &these, main, &args.dataset)?,
         }
         rows.extend(these);
         names.push(name);
@@ -805,6 +820,23 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             rows.len(),
             names.len()
         );
+    }
+    // The speed model's datasets, read (and checked) before the training they follow.
+    let mut later = Vec::new();
+    if !args.speed_from.is_empty() {
+        if args.speed_from.len() < tandem_predictors::speed::MIN_DATASETS {
+            bail!(
+                "--speed-from: {} datasets, a speed model needs at least {}",
+                args.speed_from.len(),
+                tandem_predictors::speed::MIN_DATASETS
+            );
+        }
+        let main = first.clone().unwrap_or_default();
+        for path in &args.speed_from {
+            let rows = dataset::with_latency(read_dataset(path)?, args.latency, path)?;
+            refuse_other_device("--speed-from", path, &rows, &main, &args.dataset)?;
+            later.push((path, rows));
+        }
     }
     let mut name = names.join(" + ");
     for other in &args.add_cpu {
@@ -837,29 +869,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         &bases,
         |line| eprintln!("{line}"),
     )?;
-    if !args.speed_from.is_empty() {
-        let (device, cpu) = first.clone().unwrap_or_default();
-        let mut later = Vec::new();
-        for path in &args.speed_from {
-            let rows = dataset::with_latency(read_dataset(path)?, args.latency, path)?;
-            if let Some(r) = rows.iter().find(|r| r.device != device || r.cpu != cpu) {
-                bail!(
-                    "--speed-from {}: measured on '{}' with '{}', {} on '{device}' with '{cpu}'",
-                    path.display(),
-                    r.device,
-                    r.cpu,
-                    args.dataset.display()
-                );
-            }
-            later.push((path, rows));
-        }
-        if later.len() < tandem_predictors::speed::MIN_DATASETS {
-            bail!(
-                "--speed-from: {} datasets, a speed model needs at least {}",
-                later.len(),
-                tandem_predictors::speed::MIN_DATASETS
-            );
-        }
+    if !later.is_empty() {
         profile.speed = speed_model(&profile, &later);
     } else if measured.len() >= tandem_predictors::speed::MIN_DATASETS {
         profile.speed = speed_model(&profile, &measured);

@@ -1022,6 +1022,27 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
         stderr.contains("--speed-from: 3 datasets, a speed model needs at least 4"),
         "{stderr}"
     );
+    // A later set of another device is refused, naming it.
+    let other = dir.path().join("other-device.csv");
+    let moved: Vec<Row> = hour(1.0)
+        .into_iter()
+        .map(|r| Row {
+            device: "another device".into(),
+            ..r
+        })
+        .collect();
+    dataset::write(&other, &moved).expect("write");
+    let mut train = tandem();
+    train.arg("train").arg(&paths[0]);
+    for p in paths[1..].iter().chain([&other]) {
+        train.arg("--speed-from").arg(p);
+    }
+    let stderr = fails(train.arg("-o").arg(dir.path().join("other.profile")));
+    assert!(
+        stderr.contains("--speed-from")
+            && stderr.contains("other-device.csv: measured on 'another device'"),
+        "{stderr}"
+    );
 }
 
 /// `tandem train --latency least` fits each point's fastest repetition and records the choice;
@@ -1201,4 +1222,32 @@ fn flatten_shortens_the_forests_and_refuses_bad_input() {
             .arg(&out),
     );
     assert!(err.contains("--max-trees"), "{err}");
+    // A dataset of another host's device would bring another dispatch's features.
+    let zen4 = profiles().join("pocl-1core-epyc-zen4.fresh4.csv.gz");
+    let err = fails(
+        tandem()
+            .arg("flatten")
+            .arg(&shipped)
+            .arg("--data")
+            .arg(&zen4)
+            .arg("-o")
+            .arg(&out),
+    );
+    assert!(
+        err.contains("--data") && err.contains("pocl-1core-epyc-zen4.fresh4.csv.gz: measured on"),
+        "{err}"
+    );
+    // No forest over the bound: said, and the forests stay.
+    let same = dir.path().join("same.profile");
+    let run = run_ok(
+        tandem()
+            .arg("flatten")
+            .arg(&shipped)
+            .args(["--max-trees", "100000", "-o"])
+            .arg(&same),
+    );
+    assert!(String::from_utf8_lossy(&run.stdout).contains("nothing to flatten"));
+    let original = tandem_predictors::Profile::load(&shipped).expect("shipped");
+    let kept = tandem_predictors::Profile::load(&same).expect("written");
+    assert_eq!(kept.executors, original.executors);
 }

@@ -118,18 +118,28 @@ mod fit {
             .filter(|(_, e)| e.forest.trees.len() > opts.max_trees as usize)
             .map(|(name, _)| name)
             .collect();
-        let mut rows = random_rows(profile, opts);
-        for (_, data) in datasets {
-            for r in data {
-                if profile.executors.contains_key(&r.executor) {
-                    rows.entry(r.executor.clone())
-                        .or_default()
-                        .push(row_features(r, true));
+        let mut flattening = Flattening {
+            max_trees: opts.max_trees,
+            configs_per_op: opts.configs_per_op,
+            seed: opts.seed,
+            datasets: datasets.iter().map(|(n, _)| n.clone()).collect(),
+            executors: BTreeMap::new(),
+        };
+        let mut out = profile.clone();
+        // Rows are drawn only when some forest is long.
+        let mut rows = RowsByExecutor::new();
+        if !long.is_empty() {
+            rows = random_rows(profile, opts);
+            for (_, data) in datasets {
+                for r in data {
+                    if profile.executors.contains_key(&r.executor) {
+                        rows.entry(r.executor.clone())
+                            .or_default()
+                            .push(row_features(r, true));
+                    }
                 }
             }
         }
-        let mut out = profile.clone();
-        let mut executors = BTreeMap::new();
         for name in long {
             let e = &profile.executors[name];
             let n = e.features.len();
@@ -154,21 +164,14 @@ mod fit {
             if let Some(slot) = out.executors.get_mut(name) {
                 slot.forest = forest;
             }
-            executors.insert(name.clone(), report);
+            flattening.executors.insert(name.clone(), report);
         }
-        let flattening = Flattening {
-            max_trees: opts.max_trees,
-            configs_per_op: opts.configs_per_op,
-            seed: opts.seed,
-            datasets: datasets.iter().map(|(n, _)| n.clone()).collect(),
-            executors,
-        };
         out.provenance.flattened = Some(flattening.clone());
         Ok((out, flattening))
     }
 
-    /// Feature rows of random configurations of every op kind the profile has executors for, at
-    /// `opts.points` channel counts each, by the executor that runs them.
+    /// Feature rows of random configurations of every op kind, at `opts.points` channel counts
+    /// each, by the executor that runs them (the CPU ones at each thread count the profile has).
     fn random_rows(profile: &Profile, opts: &FlattenOptions) -> RowsByExecutor {
         let mut threads: Vec<usize> = profile
             .executors
