@@ -189,6 +189,15 @@ pub struct TrainArgs {
     /// profile's dataset name. Takes exactly one `--base`.
     #[arg(long, requires = "base")]
     pub base_speed: bool,
+    /// Bring every dataset (the main one and each `--add`) to this profile's speed before
+    /// training: like `--base-speed`, each dataset's latencies are divided by its machine
+    /// offset against it, but the profile is only the yardstick (it is not corrected) and any
+    /// number of `--base` may be given. For pooling sessions of a host measured in faster and
+    /// slower hours without teaching the forests the difference: the profile's speed model
+    /// (`--speed-from`) then carries the hour. It must be of the same device and fitted on the
+    /// same `--latency`.
+    #[arg(long, value_name = "PROFILE", conflicts_with = "base_speed")]
+    pub speed_of: Option<PathBuf>,
     /// With `--base`: accept a base measured on another OpenCL device (PoCL compiled for
     /// another instruction set, say, on a host of another CPU generation). Its forests then
     /// only start the search: cross-validation on this dataset still decides per executor
@@ -788,8 +797,21 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             (profile, name)
         });
     }
-    let speed_base = match (args.base_speed, bases.first()) {
-        (true, Some((profile, name))) => Some((profile, name.as_str())),
+    let yardstick = match &args.speed_of {
+        Some(path) => Some(speed_yardstick(path, &meta.device, args.latency)?),
+        None => None,
+    };
+    let speed_base = match (&yardstick, args.base_speed, bases.first()) {
+        (Some((profile, name)), _, _) => Some(SpeedBase {
+            profile,
+            name,
+            flag: "--speed-of",
+        }),
+        (None, true, Some((profile, name))) => Some(SpeedBase {
+            profile,
+            name,
+            flag: "--base-speed",
+        }),
         _ => None,
     };
     let mut rows = Vec::new();
@@ -908,17 +930,58 @@ fn file_name_of(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// The profile whose speed a training brings its datasets to (`--base-speed`: the base;
+/// `--speed-of`: a yardstick), its file name, and the option that named it (for messages).
+#[cfg(feature = "lightgbm")]
+#[derive(Clone, Copy)]
+struct SpeedBase<'a> {
+    profile: &'a Profile,
+    name: &'a str,
+    flag: &'static str,
+}
+
+/// Loads `--speed-of`'s profile: one of `device`, fitted on the `latency` the training fits
+/// (a machine offset against predictions of another statistic would carry the gap between
+/// the two). Returns it with its file name.
+#[cfg(feature = "lightgbm")]
+fn speed_yardstick(
+    path: &Path,
+    device: &tandem_runtime::gpu::device::DeviceInfo,
+    latency: dataset::Latency,
+) -> Result<(Profile, String)> {
+    let profile = tandem_predictors::Profile::load(path)?;
+    if !profile.device().same_device(device) {
+        bail!(
+            "--speed-of {}: measured on '{}', the dataset on '{}'; a speed is read against a \
+             profile of the same device",
+            path.display(),
+            profile.device().label(),
+            device.label()
+        );
+    }
+    if profile.provenance.latency != latency {
+        bail!(
+            "--speed-of {}: fitted on the {} latency, this training on the {}; pass --latency {}",
+            path.display(),
+            profile.provenance.latency.name(),
+            latency.name(),
+            profile.provenance.latency.name()
+        );
+    }
+    Ok((profile, file_name_of(path)))
+}
+
 /// The rows `tandem train` takes from one dataset, and how its provenance names them: its
 /// points (passes pooled), without the short GPU parts of slow joins when `drop_slow_joins`
 /// (a percentage over the dataset's own 10th percentile) is given, and with `speed_base`
-/// (`--base-speed`: the base profile and its name) divided by the dataset's own machine offset
-/// against that base, so that datasets measured in hours of different speeds agree. Also
-/// returns the rows as measured (before that division), whose speed the speed model fits.
+/// (`--base-speed`'s base or `--speed-of`'s profile) divided by the dataset's own machine
+/// offset against that profile, so that datasets measured in hours of different speeds agree.
+/// Also returns the rows as measured (before that division), whose speed the speed model fits.
 #[cfg(feature = "lightgbm")]
 fn training_rows(
     path: &Path,
     drop_slow_joins: Option<f64>,
-    speed_base: Option<(&Profile, &str)>,
+    speed_base: Option<SpeedBase>,
     latency: dataset::Latency,
 ) -> Result<(Vec<dataset::Row>, String, Vec<dataset::Row>)> {
     let mut rows = dataset::with_latency(read_dataset(path)?, latency, path)?;
@@ -937,12 +1000,17 @@ fn training_rows(
         ));
     }
     let as_measured = rows.clone();
-    if let Some((profile, base_name)) = speed_base {
+    if let Some(SpeedBase {
+        profile,
+        name: base_name,
+        flag,
+    }) = speed_base
+    {
         let e = evaluate(profile, &rows);
         if e.offset.is_empty() {
             bail!(
-                "--base-speed: none of the executors of {} is in {base_name}, so it has no \
-                 speed against it",
+                "{flag}: none of the executors of {} is in {base_name}, so it has no speed \
+                 against it",
                 path.display()
             );
         }
@@ -950,7 +1018,7 @@ fn training_rows(
         let factor = 1.0 + offset / 100.0;
         if !(factor > 0.0 && factor.is_finite()) {
             bail!(
-                "--base-speed: the machine offset of {} against {base_name} is {offset}%",
+                "{flag}: the machine offset of {} against {base_name} is {offset}%",
                 path.display()
             );
         }
@@ -958,7 +1026,7 @@ fn training_rows(
             r.ms /= factor;
         }
         eprintln!(
-            "--base-speed: {} ran {offset:+.2}% against {base_name}; its latencies divided by \
+            "{flag}: {} ran {offset:+.2}% against {base_name}; its latencies divided by \
              {factor:.4}",
             path.display()
         );

@@ -6,7 +6,8 @@
 //! of another host's profile corrected where cross-validation prefers it. `tandem train --add`:
 //! further datasets pooled, each at the base's speed with `--base-speed`. `tandem train
 //! --latency least`: the fastest repetitions fitted, and scored so by `tandem eval`. `tandem
-//! train --speed-from`: the speed model fitted on later datasets. `tandem flatten`: long
+//! train --speed-from`: the speed model fitted on later datasets; `--speed-of`: every dataset at
+//! one profile's speed. `tandem flatten`: long
 //! forests distilled into short ones.
 #![cfg(feature = "lightgbm")]
 
@@ -825,6 +826,121 @@ fn add_pools_further_datasets_each_at_the_base_speed_and_refuses_another_device(
         )),
         "{stderr}"
     );
+}
+
+/// `tandem train --speed-of P`: every dataset (the main one and each `--add`) is brought to
+/// P's speed, its own machine offset against P divided out, before training with any number of
+/// `--base`: P is only the yardstick. A profile of another device or of another latency
+/// statistic is refused, and so is `--speed-of` together with `--base-speed`.
+#[test]
+fn speed_of_brings_every_dataset_to_one_profiles_speed_with_several_bases() {
+    use tandem_predictors::eval::evaluate;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pa, a) = first_configs(
+        "pocl-1core.fresh17.csv.gz",
+        "pocl-1core.fresh17.device.json",
+        60,
+        dir.path(),
+        "a",
+    );
+    // The same configurations measured again in an hour 10% slower.
+    let b: Vec<Row> = a
+        .iter()
+        .map(|r| Row {
+            ms: r.ms * 1.1,
+            ..r.clone()
+        })
+        .collect();
+    let pb = dir.path().join("b.csv");
+    dataset::write(&pb, &b).expect("write");
+    let yardstick_path = profiles().join("pocl-1core.profile");
+    let yardstick = tandem_predictors::Profile::load(&yardstick_path).expect("yardstick");
+    let (offset_a, offset_b) = (
+        evaluate(&yardstick, &a).machine_offset,
+        evaluate(&yardstick, &b).machine_offset,
+    );
+    let (fa, fb) = (1.0 + offset_a / 100.0, 1.0 + offset_b / 100.0);
+    assert!((fb / fa - 1.1).abs() < 0.03, "{offset_a} {offset_b}");
+    let train = |extra: &[&str], out: &Path| {
+        let mut cmd = tandem();
+        cmd.arg("train").arg(&pa).arg("--add").arg(&pb);
+        for base in ["pocl-1core-xeon2.profile", "pocl-1core-xeon3.profile"] {
+            cmd.arg("--base").arg(profiles().join(base));
+        }
+        cmd.args(extra).arg("-o").arg(out);
+        cmd
+    };
+    let out = dir.path().join("ab.profile");
+    let yardstick_arg = yardstick_path.to_string_lossy().into_owned();
+    let stderr = succeeds(&mut train(&["--speed-of", &yardstick_arg], &out));
+    for (path, offset) in [(&pa, offset_a), (&pb, offset_b)] {
+        assert!(
+            stderr.contains(&format!(
+                "--speed-of: {} ran {offset:+.2}% against pocl-1core.profile",
+                path.display()
+            )),
+            "{stderr}"
+        );
+    }
+    let profile = tandem_predictors::Profile::load(&out).expect("profile");
+    let name = &profile.provenance.dataset;
+    assert!(
+        name.contains(&format!(
+            "a.csv at the speed of pocl-1core.profile (÷{fa:.4}) + b.csv at the speed of \
+             pocl-1core.profile (÷{fb:.4})"
+        )),
+        "{name}"
+    );
+    // Both datasets at the yardstick's speed: the profile is off each one as measured by about
+    // that dataset's own offset against the yardstick, 10 points apart. Pooled as measured, the
+    // two hours would meet in the middle instead.
+    for (rows, offset) in [(&a, offset_a), (&b, offset_b)] {
+        let kept = evaluate(&profile, rows).machine_offset;
+        assert!((kept - offset).abs() < 3.0, "{kept} {offset}");
+    }
+    let pooled_out = dir.path().join("pooled.profile");
+    succeeds(&mut train(&[], &pooled_out));
+    let pooled = tandem_predictors::Profile::load(&pooled_out).expect("profile");
+    let (pooled_a, pooled_b) = (
+        evaluate(&pooled, &a).machine_offset,
+        evaluate(&pooled, &b).machine_offset,
+    );
+    assert!(pooled_a < -2.0 && pooled_b > 2.0, "{pooled_a} {pooled_b}");
+
+    // Refused: a yardstick of another latency statistic, one that is not there, --speed-of
+    // together with --base-speed, and a yardstick of another device.
+    let no = dir.path().join("no.profile");
+    for (yardstick, extra, says) in [
+        (
+            "pocl-1core-xeon4.profile",
+            "",
+            "fitted on the least latency, this training on the median; pass --latency least",
+        ),
+        ("missing.profile", "", "missing.profile"),
+        ("pocl-1core.profile", "--base-speed", "--base-speed"),
+    ] {
+        let path = profiles().join(yardstick).to_string_lossy().into_owned();
+        let mut args = vec!["--speed-of", path.as_str()];
+        if !extra.is_empty() {
+            args.push(extra);
+        }
+        let stderr = fails(&mut train(&args, &no));
+        assert!(stderr.contains(says), "{yardstick}: {stderr}");
+    }
+    let stderr = fails(&mut train(
+        &[
+            "--speed-of",
+            &profiles()
+                .join("pocl-1core-epyc-zen4.profile")
+                .to_string_lossy(),
+        ],
+        &no,
+    ));
+    assert!(
+        stderr.contains("measured on 'AuthenticAMD") && stderr.contains("same device"),
+        "{stderr}"
+    );
+    assert!(!no.exists());
 }
 
 #[test]
