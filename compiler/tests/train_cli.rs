@@ -692,6 +692,37 @@ fn base_speed_takes_the_datasets_machine_offset_out_before_correcting() {
     }
 }
 
+/// Checks a training that brought datasets `a.csv` and `b.csv` to the speed of
+/// `pocl-1core.profile`, where they ran `offset` percent off it: `flag`'s message names each
+/// one's offset, and the profile's provenance each one's factor. Returns the profile.
+fn at_pocl_1core_speed(
+    stderr: &str,
+    flag: &str,
+    out: &Path,
+    datasets: [(&PathBuf, f64); 2],
+) -> tandem_predictors::Profile {
+    for (path, offset) in datasets {
+        assert!(
+            stderr.contains(&format!(
+                "{flag}: {} ran {offset:+.2}% against pocl-1core.profile",
+                path.display()
+            )),
+            "{stderr}"
+        );
+    }
+    let [fa, fb] = datasets.map(|(_, offset)| 1.0 + offset / 100.0);
+    let profile = tandem_predictors::Profile::load(out).expect("profile");
+    let name = &profile.provenance.dataset;
+    assert!(
+        name.contains(&format!(
+            "a.csv at the speed of pocl-1core.profile (÷{fa:.4}) + b.csv at the speed of \
+             pocl-1core.profile (÷{fb:.4})"
+        )),
+        "{name}"
+    );
+    profile
+}
+
 #[test]
 fn add_pools_further_datasets_each_at_the_base_speed_and_refuses_another_device() {
     use tandem_predictors::eval::evaluate;
@@ -759,15 +790,6 @@ fn add_pools_further_datasets_each_at_the_base_speed_and_refuses_another_device(
     // Each dataset's own offset is taken out: the slower one's is about 10 points more.
     let (fa, fb) = (1.0 + offset_a / 100.0, 1.0 + offset_b / 100.0);
     assert!((fb / fa - 1.1).abs() < 0.03, "{offset_a} {offset_b}");
-    for (path, offset) in [(&pa, offset_a), (&pb, offset_b)] {
-        assert!(
-            stderr.contains(&format!(
-                "{} ran {offset:+.2}% against pocl-1core.profile",
-                path.display()
-            )),
-            "{stderr}"
-        );
-    }
     // The shared configurations' points are pooled into one each.
     let mut points: Vec<_> = a.iter().chain(&b).map(|r| r.point_key()).collect();
     let stored = points.len();
@@ -781,14 +803,11 @@ fn add_pools_further_datasets_each_at_the_base_speed_and_refuses_another_device(
         )),
         "{stderr}"
     );
-    let profile = tandem_predictors::Profile::load(&out).expect("profile");
-    let name = &profile.provenance.dataset;
-    assert!(
-        name.contains(&format!(
-            "a.csv at the speed of pocl-1core.profile (÷{fa:.4}) + b.csv at the speed of \
-             pocl-1core.profile (÷{fb:.4})"
-        )),
-        "{name}"
+    let profile = at_pocl_1core_speed(
+        &stderr,
+        "--base-speed",
+        &out,
+        [(&pa, offset_a), (&pb, offset_b)],
     );
     // Both brought to the base's speed: on each dataset as measured, the profile is off by
     // about that dataset's own offset.
@@ -873,23 +892,11 @@ fn speed_of_brings_every_dataset_to_one_profiles_speed_with_several_bases() {
     let out = dir.path().join("ab.profile");
     let yardstick_arg = yardstick_path.to_string_lossy().into_owned();
     let stderr = succeeds(&mut train(&["--speed-of", &yardstick_arg], &out));
-    for (path, offset) in [(&pa, offset_a), (&pb, offset_b)] {
-        assert!(
-            stderr.contains(&format!(
-                "--speed-of: {} ran {offset:+.2}% against pocl-1core.profile",
-                path.display()
-            )),
-            "{stderr}"
-        );
-    }
-    let profile = tandem_predictors::Profile::load(&out).expect("profile");
-    let name = &profile.provenance.dataset;
-    assert!(
-        name.contains(&format!(
-            "a.csv at the speed of pocl-1core.profile (÷{fa:.4}) + b.csv at the speed of \
-             pocl-1core.profile (÷{fb:.4})"
-        )),
-        "{name}"
+    let profile = at_pocl_1core_speed(
+        &stderr,
+        "--speed-of",
+        &out,
+        [(&pa, offset_a), (&pb, offset_b)],
     );
     // Both datasets at the yardstick's speed: the profile is off each one as measured by about
     // that dataset's own offset against the yardstick, 10 points apart. Pooled as measured, the
