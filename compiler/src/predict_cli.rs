@@ -186,7 +186,8 @@ pub struct TrainArgs {
     /// speeds relative to one another stay this measurement's. Each `--add` dataset gets its
     /// own factor. For a host whose whole speed moves by several percent between hours, where
     /// a short measurement's level is that of its hour. The factors are recorded in the
-    /// profile's dataset name. Takes exactly one `--base`.
+    /// profile's dataset name. Takes exactly one `--base` (`--speed-of` brings the data to one
+    /// profile's speed with any number).
     #[arg(long, requires = "base")]
     pub base_speed: bool,
     /// Bring every dataset (the main one and each `--add`) to this profile's speed before
@@ -764,7 +765,8 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     };
     if args.base_speed && args.base.len() != 1 {
         bail!(
-            "--base-speed takes exactly one --base (the speed to bring the data to), not {}",
+            "--base-speed takes exactly one --base (the speed to bring the data to), not {}; \
+             --speed-of P brings the data to P's speed with several",
             args.base.len()
         );
     }

@@ -671,7 +671,8 @@ fn base_speed_takes_the_datasets_machine_offset_out_before_correcting() {
         (
             [&base_path, &xeon2],
             true,
-            "--base-speed takes exactly one --base (the speed to bring the data to), not 2",
+            "--base-speed takes exactly one --base (the speed to bring the data to), not 2; \
+             --speed-of P brings the data to P's speed with several",
         ),
         (
             [&base_path, &base_path],
