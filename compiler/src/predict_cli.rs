@@ -308,7 +308,9 @@ pub struct FlattenArgs {
     #[arg(long, default_value_t = 200)]
     pub max_trees: u32,
     /// Random configurations drawn per op kind (each at 8 channel counts) whose features the
-    /// new forests are fit on.
+    /// new forests are fit on. A kernel left with fewer rows than this by them (few random
+    /// layers dispatch to it) gets further rounds of as many draws (at most 16), whose rows go
+    /// to it alone; one left under 100 rows is refused.
     #[arg(long, default_value_t = 3000)]
     pub configs: usize,
     /// Seed of the random configurations (and of LightGBM).
@@ -322,6 +324,7 @@ pub struct FlattenArgs {
 
 /// An error naming `flag` and `path` when a row of `rows` was measured on another device or
 /// CPU than `main` (device, CPU), those of `main_path` (the main dataset, or the profile).
+#[cfg(feature = "lightgbm")]
 fn refuse_other_device(
     flag: &str,
     path: &Path,
@@ -728,6 +731,13 @@ pub fn flatten(args: &FlattenArgs) -> Result<()> {
         println!(
             "no forest has more than {} trees: nothing to flatten",
             args.max_trees
+        );
+    }
+    if report.extra_rounds > 0 {
+        println!(
+            "{} further rounds of {} random configurations per op kind drawn for kernels that \
+             the first round gave fewer rows",
+            report.extra_rounds, args.configs
         );
     }
     println!("flattened profile → {}", args.output.display());

@@ -1299,14 +1299,15 @@ fn a_profile_trained_on_least_latencies_is_scored_on_them() {
     assert!(sampled.iter().all(|f| (f - 1.0).abs() < 0.1), "{c:?}");
 }
 
-/// `tandem flatten`: the fourth Intel host's profile (corrections of corrections) flattened to
-/// 100 trees prints a table of what it flattened, writes a loadable profile whose forests have
-/// at most 100 trees and whose provenance records it; a missing profile, a dataset that is not
-/// one and `--max-trees 0` are refused with errors naming them.
+/// `tandem flatten`: the fourth Intel host's profile S' (corrections of corrections, kept in
+/// `bases/`) flattened to 100 trees prints a table of what it flattened, writes a loadable
+/// profile whose forests have at most 100 trees and whose provenance records it; on the shipped
+/// U it says when a rare kernel got further rounds of draws; a missing profile, a dataset that
+/// is not one and `--max-trees 0` are refused with errors naming them.
 #[test]
 fn flatten_shortens_the_forests_and_refuses_bad_input() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let shipped = profiles().join("pocl-1core-xeon4.profile");
+    let shipped = profiles().join("bases/pocl-1core-xeon4-sprime.profile");
     let out = dir.path().join("flat.profile");
     let run = run_ok(
         tandem()
@@ -1322,6 +1323,23 @@ fn flatten_shortens_the_forests_and_refuses_bad_input() {
     let recorded = flat.provenance.flattened.expect("recorded");
     assert_eq!(recorded.max_trees, 100);
     assert!(recorded.executors.contains_key("cpu_conv_t1"));
+    assert_eq!(recorded.extra_rounds, 0, "no rare kernel is long in S'");
+
+    // The shipped profile U has a long constant-weights forest, a kernel few random layers
+    // dispatch to: the run says it drew further rounds for it.
+    let run = run_ok(
+        tandem()
+            .arg("flatten")
+            .arg(profiles().join("pocl-1core-xeon4.profile"))
+            .args(["--max-trees", "200", "--configs", "200", "-o"])
+            .arg(&out),
+    );
+    let said = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        said.contains("| conv_constants |")
+            && said.contains("further rounds of 200 random configurations per op kind"),
+        "{said}"
+    );
 
     let missing = dir.path().join("nothing.profile");
     let err = fails(tandem().arg("flatten").arg(&missing).arg("-o").arg(&out));

@@ -14,6 +14,9 @@
 //! the executor that runs it (the CPU executor of its op kind and thread count, the GPU
 //! executor its dispatch picks on the profile's device), and, where given, the rows of
 //! datasets. Nothing is measured: the old forest is the teacher, so rows cost only features.
+//! A kernel that few random layers dispatch to (the constant-weights convolution: small
+//! inputs) gets further rounds of draws, up to [`MAX_EXTRA_ROUNDS`], until it has a row per
+//! configuration drawn per op kind; an executor left under [`MIN_ROWS`] rows is refused.
 //!
 //! Contracts:
 //! - Only executors whose forest has more than `max_trees` trees change; the others, the
@@ -36,12 +39,27 @@ pub struct Flattening {
     /// Random configurations drawn per op kind.
     pub configs_per_op: usize,
     pub seed: u64,
+    /// Further rounds of as many random draws, taken only for the rows of long executors that
+    /// the first round left with fewer rows than `configs_per_op` (kernels that few random
+    /// layers dispatch to).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub extra_rounds: u64,
     /// Dataset files whose rows joined the random ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub datasets: Vec<String>,
     /// Per flattened executor.
     pub executors: BTreeMap<String, FlattenedExecutor>,
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The fewest feature rows a flattened forest is fit on.
+pub const MIN_ROWS: usize = 100;
+
+/// The most further rounds of random draws taken for executors short of [`MIN_ROWS`] rows.
+pub const MAX_EXTRA_ROUNDS: u64 = 16;
 
 /// One flattened executor: its trees before and after, and how closely it follows the old
 /// forest on rows held out of the fit.
@@ -62,7 +80,7 @@ pub struct FlattenedExecutor {
 /// The distillation itself (LightGBM: feature `lightgbm`).
 #[cfg(feature = "lightgbm")]
 mod fit {
-    use super::{FlattenedExecutor, Flattening};
+    use super::{FlattenedExecutor, Flattening, MAX_EXTRA_ROUNDS, MIN_ROWS};
     use crate::bundle::Profile;
     use crate::dataset::Row;
     use crate::features::{
@@ -122,6 +140,7 @@ mod fit {
             max_trees: opts.max_trees,
             configs_per_op: opts.configs_per_op,
             seed: opts.seed,
+            extra_rounds: 0,
             datasets: datasets.iter().map(|(n, _)| n.clone()).collect(),
             executors: BTreeMap::new(),
         };
@@ -129,7 +148,7 @@ mod fit {
         // Rows are drawn only when some forest is long.
         let mut rows = RowsByExecutor::new();
         if !long.is_empty() {
-            rows = random_rows(profile, opts);
+            rows = random_rows(profile, opts, 0);
             for (_, data) in datasets {
                 for r in data {
                     if profile.executors.contains_key(&r.executor) {
@@ -140,23 +159,38 @@ mod fit {
                 }
             }
         }
+        // Kernels that few random layers dispatch to get further rounds of draws, whose rows
+        // go to them alone (the other executors' rows stay those of the first round), until
+        // they have a row per configuration drawn per op kind: a forest of many trees is not
+        // followed from a hundred rows.
+        let wanted = opts.configs_per_op.max(MIN_ROWS);
+        while flattening.extra_rounds < MAX_EXTRA_ROUNDS {
+            let short: Vec<&String> = long
+                .iter()
+                .copied()
+                .filter(|name| usable_rows(profile, &rows, name).len() < wanted)
+                .collect();
+            if short.is_empty() {
+                break;
+            }
+            flattening.extra_rounds += 1;
+            for (name, more) in random_rows(profile, opts, flattening.extra_rounds) {
+                if short.contains(&&name) {
+                    rows.entry(name).or_default().extend(more);
+                }
+            }
+        }
         for name in long {
             let e = &profile.executors[name];
-            let n = e.features.len();
-            let x: Vec<Vec<f64>> = rows
-                .get(name)
-                .map(|v| {
-                    v.iter()
-                        .filter(|r| r.len() >= n)
-                        .map(|r| r[..n].to_vec())
-                        .collect()
-                })
-                .unwrap_or_default();
-            if x.len() < 100 {
+            let x = usable_rows(profile, &rows, name);
+            if x.len() < MIN_ROWS {
                 return Err(TrainError::Data(format!(
-                    "{name}: only {} feature rows to flatten on (at least 100 needed: draw more \
-                     configurations, or add a dataset that has the executor)",
-                    x.len()
+                    "{name}: only {} feature rows to flatten on after {} rounds of {} random \
+                     configurations per op kind (at least {MIN_ROWS} needed: raise --configs, or \
+                     add a dataset that has the executor with --data)",
+                    x.len(),
+                    1 + flattening.extra_rounds,
+                    opts.configs_per_op
                 )));
             }
             let (forest, report) = distil(&e.forest, &x, opts)
@@ -170,9 +204,24 @@ mod fit {
         Ok((out, flattening))
     }
 
+    /// `name`'s rows of `rows` cut to the features its forest reads (rows with fewer are left
+    /// out).
+    fn usable_rows(profile: &Profile, rows: &RowsByExecutor, name: &str) -> Vec<Vec<f64>> {
+        let n = profile.executors[name].features.len();
+        rows.get(name)
+            .map(|v| {
+                v.iter()
+                    .filter(|r| r.len() >= n)
+                    .map(|r| r[..n].to_vec())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Feature rows of random configurations of every op kind, at `opts.points` channel counts
     /// each, by the executor that runs them (the CPU ones at each thread count the profile has).
-    fn random_rows(profile: &Profile, opts: &FlattenOptions) -> RowsByExecutor {
+    /// Round 0 is the first draw; each further round draws other configurations.
+    fn random_rows(profile: &Profile, opts: &FlattenOptions, round: u64) -> RowsByExecutor {
         let mut threads: Vec<usize> = profile
             .executors
             .keys()
@@ -181,7 +230,7 @@ mod fit {
             .collect();
         threads.sort_unstable();
         threads.dedup();
-        let mut rng = Rng::new(opts.seed ^ 0x5eed_f1a7);
+        let mut rng = Rng::new((opts.seed ^ 0x5eed_f1a7).wrapping_add(round));
         let mut out = RowsByExecutor::new();
         let ops = [
             OpKind::Conv,
@@ -193,7 +242,7 @@ mod fit {
             let layers = random_layers(
                 &[op],
                 opts.configs_per_op,
-                opts.seed.wrapping_add(i as u64),
+                opts.seed.wrapping_add(round * ops.len() as u64 + i as u64),
                 // Without the profiler's size limits: the compiler also asks about layers
                 // larger than any it measures (VGG16's), where the old forest extrapolates.
                 &Limits {

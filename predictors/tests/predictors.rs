@@ -1551,12 +1551,14 @@ fn the_zen4_median_profile_has_executor_speed_models_and_a_bad_one_is_named() {
 /// `tandem flatten`: the shipped fourth Intel host's profile has corrections of corrections
 /// (280–360 trees); flattened to 60 trees, every long forest is short, follows the old one on
 /// held-out rows, and the short forests and everything else are unchanged; the result loads,
-/// repeats bit for bit, and a bound of 0 trees is refused.
+/// repeats bit for bit, and a bound of 0 trees is refused. (S', the profile shipped for that
+/// host before U, kept in `bases/`.)
 #[test]
 fn flattening_shortens_long_forests_and_follows_them() {
     use tandem_predictors::flatten::{flatten, FlattenOptions};
-    let path = tandem_predictors::bundle::shipped_dir().join("pocl-1core-xeon4.profile");
-    let profile = Profile::load(&path).expect("the shipped profile");
+    let path =
+        tandem_predictors::bundle::shipped_dir().join("bases/pocl-1core-xeon4-sprime.profile");
+    let profile = Profile::load(&path).expect("S'");
     let opts = FlattenOptions {
         max_trees: 60,
         configs_per_op: 300,
@@ -1622,4 +1624,49 @@ fn flattening_shortens_long_forests_and_follows_them() {
         ..opts
     };
     assert!(flatten(&profile, &[], &zero).is_err());
+}
+
+/// `tandem flatten` on the fourth Intel host's shipped profile U, whose constant-weights kernel
+/// (few random layers dispatch to it: 30–45 rows from 300 configurations per op kind) has a
+/// long forest: further rounds of draws give it a row per configuration, and only it; where
+/// even 17 rounds leave it under 100 rows, it is refused by name.
+#[test]
+fn a_rare_kernel_gets_further_rounds_of_draws() {
+    use tandem_predictors::flatten::{flatten, FlattenOptions, MAX_EXTRA_ROUNDS};
+    let path = tandem_predictors::bundle::shipped_dir().join("pocl-1core-xeon4.profile");
+    let profile = Profile::load(&path).expect("the shipped profile");
+    assert!(profile.executors["conv_constants"].forest.trees.len() > 200);
+    let opts = FlattenOptions {
+        max_trees: 200,
+        configs_per_op: 300,
+        ..FlattenOptions::default()
+    };
+    let (flat, report) = flatten(&profile, &[], &opts).expect("flatten");
+    assert!(
+        (1..=MAX_EXTRA_ROUNDS).contains(&report.extra_rounds),
+        "{report:?}"
+    );
+    let rare = &report.executors["conv_constants"];
+    assert!(rare.rows + rare.held_out >= 300, "{rare:?}");
+    assert!(flat.executors["conv_constants"].forest.trees.len() <= 200);
+    // The other long forest (the CPU's depthwise) gets the first round's rows only: 300
+    // configurations at 8 channel counts.
+    for (name, e) in &report.executors {
+        if name != "conv_constants" {
+            assert!(e.rows + e.held_out <= 2400, "{name}: {e:?}");
+        }
+    }
+    assert_eq!(flat.provenance.flattened.as_ref(), Some(&report));
+
+    let starved = FlattenOptions {
+        configs_per_op: 1,
+        ..opts
+    };
+    let err = flatten(&profile, &[], &starved)
+        .expect_err("too few rows")
+        .to_string();
+    assert!(
+        err.contains("conv_constants: only") && err.contains("after 17 rounds"),
+        "{err}"
+    );
 }
