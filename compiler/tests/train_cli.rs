@@ -1301,9 +1301,9 @@ fn a_profile_trained_on_least_latencies_is_scored_on_them() {
 
 /// `tandem flatten`: the fourth Intel host's profile S' (corrections of corrections, kept in
 /// `bases/`) flattened to 100 trees prints a table of what it flattened, writes a loadable
-/// profile whose forests have at most 100 trees and whose provenance records it; on the shipped
-/// U it says when a rare kernel got further rounds of draws; a missing profile, a dataset that
-/// is not one and `--max-trees 0` are refused with errors naming them.
+/// profile whose forests have at most 100 trees and whose provenance records it; with a long
+/// forest of a rare kernel it says that it drew further rounds for it; a missing profile, a
+/// dataset that is not one and `--max-trees 0` are refused with errors naming them.
 #[test]
 fn flatten_shortens_the_forests_and_refuses_bad_input() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1325,13 +1325,24 @@ fn flatten_shortens_the_forests_and_refuses_bad_input() {
     assert!(recorded.executors.contains_key("cpu_conv_t1"));
     assert_eq!(recorded.extra_rounds, 0, "no rare kernel is long in S'");
 
-    // The shipped profile U has a long constant-weights forest, a kernel few random layers
-    // dispatch to: the run says it drew further rounds for it.
+    // A long constant-weights forest (S''s own made long; the shipped U has one), a kernel few
+    // random layers dispatch to: the run says it drew further rounds for it.
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&shipped).expect("read")).expect("json");
+    let forest = &mut json["executors"]["conv_constants"]["forest"]["trees"];
+    let trees = forest.as_array().expect("trees").clone();
+    let mut long = Vec::new();
+    while long.len() <= 400 {
+        long.extend(trees.iter().cloned());
+    }
+    *forest = serde_json::Value::Array(long);
+    let rare = dir.path().join("rare.profile");
+    std::fs::write(&rare, json.to_string()).expect("write");
     let run = run_ok(
         tandem()
             .arg("flatten")
-            .arg(profiles().join("pocl-1core-xeon4.profile"))
-            .args(["--max-trees", "200", "--configs", "200", "-o"])
+            .arg(&rare)
+            .args(["--max-trees", "400", "--configs", "200", "-o"])
             .arg(&out),
     );
     let said = String::from_utf8_lossy(&run.stdout).into_owned();
