@@ -735,8 +735,8 @@ pub fn flatten(args: &FlattenArgs) -> Result<()> {
     }
     if report.extra_rounds > 0 {
         println!(
-            "{} further rounds of {} random configurations per op kind drawn for kernels that \
-             the first round gave fewer rows",
+            "{} further rounds of {} random configurations per op kind drawn for the kernels \
+             that few random layers dispatch to",
             report.extra_rounds, args.configs
         );
     }

@@ -58,7 +58,8 @@ fn is_zero(n: &u64) -> bool {
 /// The fewest feature rows a flattened forest is fit on.
 pub const MIN_ROWS: usize = 100;
 
-/// The most further rounds of random draws taken for executors short of [`MIN_ROWS`] rows.
+/// The most further rounds of random draws taken for long executors short of rows (fewer than
+/// the configurations drawn per op kind, and at least [`MIN_ROWS`]).
 pub const MAX_EXTRA_ROUNDS: u64 = 16;
 
 /// One flattened executor: its trees before and after, and how closely it follows the old
