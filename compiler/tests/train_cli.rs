@@ -1325,7 +1325,7 @@ fn flatten_shortens_the_forests_and_refuses_bad_input() {
     assert!(recorded.executors.contains_key("cpu_conv_t1"));
     assert_eq!(recorded.extra_rounds, 0, "no rare kernel is long in S'");
 
-    // A long constant-weights forest (S''s own made long; the shipped U has one), a kernel few
+    // A long constant-weights forest (S''s own made long; the shipped profile has one), a kernel few
     // random layers dispatch to: the run says it drew further rounds for it.
     let mut json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&shipped).expect("read")).expect("json");
