@@ -1627,7 +1627,7 @@ fn flattening_shortens_long_forests_and_follows_them() {
 }
 
 /// `tandem flatten` with a long constant-weights forest (a kernel few random layers dispatch
-/// to: 30–45 rows from 300 configurations per op kind; the shipped U has such a forest, here
+/// to: 30–45 rows from 300 configurations per op kind; U (in bases/) has such a forest, here
 /// S''s own is made long so that the test does not follow the shipped profile): further rounds
 /// of draws give it a row per configuration, and only it; where even 17 rounds leave it under
 /// 100 rows, it is refused by name.
