@@ -362,6 +362,16 @@ impl Tree {
 }
 
 impl Forest {
+    /// The cost of evaluating the forest, in tree levels a row descends: over the trees,
+    /// `log2(leaves + 1)` rounded down (as `train::evaluation_cost` counts a forest by its
+    /// parameters).
+    pub fn evaluation_cost(&self) -> u64 {
+        self.trees
+            .iter()
+            .map(|t| u64::from((t.leaf_value.len() as u32 + 1).ilog2()))
+            .sum()
+    }
+
     /// A forest of `trees` reading rows of `num_features` features (unchecked: see
     /// [`Forest::check`]).
     pub fn new(num_features: usize, trees: Vec<Tree>) -> Forest {
@@ -755,6 +765,8 @@ mod tests {
         // Row [1, NaN]: tree 0 -> NaN is missing, default left -> leaf 0 (0.5); tree 2 -> NaN
         // goes to the default side, right -> leaf 1 (1.5).
         assert_eq!(forest.predict(&[1.0, f64::NAN]), 0.5 - 3.0 + 1.5);
+        // Tree levels, log2(leaves + 1) rounded down: 3 leaves 2, 1 leaf 1, 2 leaves 1.
+        assert_eq!(forest.evaluation_cost(), 4);
     }
 
     /// A batch whose rows share some features (a sweep's layer geometry) and have others
