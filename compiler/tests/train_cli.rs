@@ -421,22 +421,49 @@ fn corun_datasets_give_the_profile_its_contention() {
 }
 
 /// Checks a `--base` training report: every executor tried both ways (corrected and from
-/// scratch) corrects `base` exactly when the correction's CV MAPE beat the forest from
-/// scratch's by more than the search's tolerance (it evaluates the base's trees too), and
-/// reports the chosen one's. Returns how many executors were tried both ways.
-fn lower_cv_won(report: &serde_json::Value, base: &str) -> usize {
+/// scratch) lists both with their costs, corrects `base` exactly when the correction was the
+/// cheapest way within the tolerance of the best cross-validated MAPE (it evaluates the base's
+/// trees too, so it costs more than the base alone), and reports the chosen one's MAPE.
+/// Returns how many executors were tried both ways.
+fn cheapest_way_won(report: &serde_json::Value, base: &str, base_profile: &Path) -> usize {
+    let base_profile = tandem_predictors::Profile::load(base_profile).expect("base profile");
+    let tolerance = 1.0 + tandem_predictors::train::CHEAPER_WAY_TOLERANCE;
     let mut tried = 0;
     for (name, e) in report["executors"].as_object().expect("executors") {
-        if let (Some(cv), Some(s), Some(c)) = (
+        let (Some(cv), Some(s), Some(c)) = (
             e["cv_mape"].as_f64(),
             e["cv_mape_from_scratch"].as_f64(),
             e["cv_mape_corrected"].as_f64(),
-        ) {
-            tried += 1;
-            let corrected = c < s * (1.0 - tandem_predictors::train::CHEAPER_TOLERANCE);
-            assert_eq!(e["corrects"] == base, corrected, "{name}");
-            assert_eq!(cv, if corrected { c } else { s }, "{name}");
-        }
+        ) else {
+            continue;
+        };
+        tried += 1;
+        let ways = e["ways"].as_array().expect("ways");
+        let way = |corrects: Option<&str>| {
+            let w = ways
+                .iter()
+                .find(|w| w["corrects"].as_str() == corrects)
+                .unwrap_or_else(|| panic!("{name}: no way {corrects:?} in {ways:?}"));
+            (
+                w["cv_mape"].as_f64().expect("cv_mape"),
+                w["tree_levels"].as_u64().expect("tree_levels"),
+            )
+        };
+        let (scratch, corrected) = (way(None), way(Some(base)));
+        assert_eq!(ways.len(), 2, "{name}");
+        assert_eq!((scratch.0, corrected.0), (s, c), "{name}");
+        assert!(
+            corrected.1 > base_profile.executors[name].forest.evaluation_cost(),
+            "{name}: a correction costs its base's trees and its own"
+        );
+        let best = s.min(c);
+        let eligible = |w: (f64, u64)| w.0 <= best * tolerance;
+        let takes_correction = eligible(corrected)
+            && (!eligible(scratch)
+                || corrected.1 < scratch.1
+                || (corrected.1 == scratch.1 && c < s));
+        assert_eq!(e["corrects"] == base, takes_correction, "{name}: {e:#}");
+        assert_eq!(cv, if takes_correction { c } else { s }, "{name}");
     }
     tried
 }
@@ -479,7 +506,14 @@ fn a_base_profile_of_the_same_device_is_corrected_and_another_device_only_when_a
         .map(|(name, _)| name)
         .collect();
     assert!(!corrected.is_empty(), "{r:#}");
-    assert!(lower_cv_won(&r, "pocl-1core.profile") > 0, "{r:#}");
+    assert!(
+        cheapest_way_won(
+            &r,
+            "pocl-1core.profile",
+            &profiles().join("pocl-1core.profile")
+        ) > 0,
+        "{r:#}"
+    );
     let profile = tandem_predictors::Profile::load(&out).expect("profile");
     let base =
         tandem_predictors::Profile::load(&profiles().join("pocl-1core.profile")).expect("base");
@@ -565,7 +599,10 @@ fn a_base_profile_of_the_same_device_is_corrected_and_another_device_only_when_a
         "{stderr}"
     );
     let r = report(&other_rep);
-    assert!(lower_cv_won(&r, "pocl-1core-epyc.profile") > 0, "{r:#}");
+    assert!(
+        cheapest_way_won(&r, "pocl-1core-epyc.profile", &epyc) > 0,
+        "{r:#}"
+    );
     assert!(tandem_predictors::Profile::load(&other).is_ok());
 
     // A base that is not there is named.

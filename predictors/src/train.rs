@@ -425,17 +425,20 @@ pub struct ExecutorReport {
     pub configs: usize,
     pub params: Params,
     pub cv_mape: Option<f64>,
-    /// With `--base`: the base profile when the shipped forest corrects its predictor (it
-    /// cross-validated better than a forest trained from scratch, and of several bases it is
-    /// the one whose correction cross-validated best), else `None`.
+    /// With `--base`: the base profile when the shipped forest corrects its predictor (that
+    /// way was the cheapest within tolerance of the best, [`cheapest_way`]), else `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub corrects: Option<String>,
     /// With `--base`, for an executor a base has: the cross-validated MAPE of the forest
-    /// trained from scratch and of the best correction, the two `cv_mape` is the lower of.
+    /// trained from scratch and of the best correction (`cv_mape` is the chosen way's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cv_mape_from_scratch: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cv_mape_corrected: Option<f64>,
+    /// With `--base`: every way that cross-validated, in the order weighed (from scratch
+    /// first, then the bases as given), with its cost; the chosen one is [`cheapest_way`]'s.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ways: Vec<WayReport>,
     /// With several bases: each base's correction's cross-validated MAPE, by the base's name
     /// (bases without a predictor of these features are absent).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -452,6 +455,17 @@ pub struct ExecutorReport {
     /// Held-out accuracy of one black-box GPU model (op features, all variants), on this
     /// executor's held-out rows (GPU executors).
     pub black_box_gpu: Option<Accuracy>,
+}
+
+/// One way to predict an executor as the report gives it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WayReport {
+    /// The base it corrects, or `None` for the forest from scratch.
+    pub corrects: Option<String>,
+    /// Cross-validated MAPE, percent.
+    pub cv_mape: f64,
+    /// Tree levels a row descends ([`Way::cost`]).
+    pub tree_levels: u64,
 }
 
 /// The training report (`--report-json`).
@@ -646,6 +660,17 @@ pub fn train_from(
                 });
             }
         }
+        let way_reports: Vec<WayReport> = if base_execs.is_empty() {
+            Vec::new()
+        } else {
+            ways.iter()
+                .map(|w| WayReport {
+                    corrects: w.base.map(|i| base_execs[i].0.name.clone()),
+                    cv_mape: w.mape,
+                    tree_levels: w.cost,
+                })
+                .collect()
+        };
         let mut chosen: Option<&(&Base, Executor)> = None;
         // The chosen base's log latency of the training rows (empty without a correction).
         let mut train_prior = Vec::new();
@@ -759,6 +784,7 @@ pub fn train_from(
                 cv_mape_from_scratch: cv_from_scratch,
                 cv_mape_corrected: cv_corrected,
                 cv_mape_corrections: cv_corrections,
+                ways: way_reports,
                 validation: acc,
                 without_dispatch,
                 without_counts: no_counts,
