@@ -7,8 +7,9 @@
 //!
 //! With base profiles ([`train_from`], `tandem train --base`, repeatable), measured on other
 //! hosts, each executor is also trained as a correction of each base's predictor (trees on the
-//! residuals of its log latency), and cross-validation picks the best correction or the forest
-//! from scratch: a profile for a new host from a short measurement of it.
+//! residuals of its log latency), and of these ways and the forest from scratch the cheapest to
+//! evaluate within tolerance of the best cross-validated MAPE is taken ([`cheapest_way`]): a
+//! profile for a new host from a short measurement of it.
 
 use crate::bundle::{Accuracy, Executor, Profile, Provenance, FORMAT};
 use crate::dataset::Row;
@@ -533,8 +534,8 @@ pub fn train(
 
 /// [`train`], and with `bases`, per executor and base that has it with the same features,
 /// also a correction of the base's predictor: a forest on the residuals of its log latency
-/// over [`correction_grid`]. Cross-validation on this dataset chooses among them (the best
-/// correction, the first base on a tie, against the forest from scratch), and the shipped
+/// over [`correction_grid`]. Cross-validation on this dataset scores every way, and
+/// [`cheapest_way`] chooses among them by cost within tolerance of the best, and the shipped
 /// executor is the chosen base's followed by the correction ([`Executor::corrected_by`]) or
 /// the forest from scratch. Hosts differ by side: a base of a host of the same CPU maker may
 /// predict the CPU side best and one of the latest kernels the GPU side.
