@@ -5,7 +5,7 @@
 //! `config` (the configuration's key, [`config_key`]), `device` (the OpenCL device label),
 //! `cpu` (the CPU model), `op` (`conv`, `dwconv`, `linear`), `n h w cin oh ow cout kh kw stride
 //! pad_t pad_l` (a linear layer is `n = 1, h = oh = rows, w = ow = 1, cin = depth, cout =
-//! units`, kernel and stride 1), `executor` ([`crate::features::executor`] names), `threads` (CPU
+//! units`, kernel and stride 1), `executor` (`features::gpu_executor` and `cpu_executor` names), `threads` (CPU
 //! threads, 0 for the GPU), `c0 c1` (the channel range measured), `variant` (how the row ran:
 //! the GPU kernel variant, [`crate::features::gpu_variant`]; the CPU loop,
 //! [`crate::features::cpu_variant`]), `bx by bc wg_x wg_y wg_z groups grid_x grid_y grid_z`

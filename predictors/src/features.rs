@@ -281,7 +281,7 @@ pub fn pixel_alignment(channels: usize) -> usize {
     1 << (channels | 16).trailing_zeros()
 }
 
-/// Names of the op features ([`Layer::op_features`] order).
+/// Names of the op features (`Layer::op_features` order).
 pub const OP_FEATURES: [&str; 23] = [
     "n",
     "h",
@@ -313,7 +313,7 @@ pub const OP_FEATURES: [&str; 23] = [
 /// extrapolated worse.
 pub const BASELINE_FEATURES: [&str; 4] = ["flops", "part_bytes", "pixels", "channels"];
 
-/// Names of the dispatch features ([`dispatch_features`] order).
+/// Names of the dispatch features (`dispatch_features` order).
 pub const DISPATCH_FEATURES: [&str; 14] = [
     "bx",
     "by",

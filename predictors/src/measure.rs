@@ -272,7 +272,7 @@ pub fn spatial(
 /// One random configuration of `op`: H and W in [4, 256) (Winograd-shaped convolutions at
 /// least 8, stem convolutions at least 16); convolutions C_in in [4, 1024) and C_out in
 /// [8, 1024), kernel 1/3/5/7; depthwise C in [8, 2048), kernel 3/5/7; stride 1 or 2; linear
-/// rows in [1, 256), in in [16, 4096), out in [8, 4096). See [`ConvFamily`] for the aimed share
+/// rows in [1, 256), in in [16, 4096), out in [8, 4096). See `ConvFamily` for the aimed share
 /// of convolutions.
 pub fn random_layer(op: OpKind, rng: &mut Rng) -> Layer {
     match op {

@@ -41,7 +41,7 @@ use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 use tandem_runtime::profile::{MeasureOptions, Timing};
 
-/// Probes the gate takes before it trusts its quiet time, [`CALIBRATION_PAUSE`] apart (about
+/// Probes the gate takes before it trusts its quiet time, `CALIBRATION_PAUSE` apart (about
 /// 2 s: most slow phases are shorter). A run that starts in a longer slow phase keeps rounds
 /// measured in it until the first quiet probe lowers the quiet time.
 pub const CALIBRATION: usize = 12;
@@ -121,7 +121,7 @@ const SHORT_PART_FACTOR: f64 = 100.0;
 /// more than `slack` (a fraction): configurations measured in a slow phase of the CPU–GPU
 /// handoff, which adds about twice the join's excess to every GPU part (the gate's second
 /// reading, for data measured without it or whose rounds found no quiet phase). A part is
-/// short when that addition is over 1% of it ([`SHORT_PART_FACTOR`]); longer parts and CPU
+/// short when that addition is over 1% of it (`SHORT_PART_FACTOR`); longer parts and CPU
 /// rows stay. Returns how many configurations lost rows.
 pub fn drop_slow_join_gpu_rows(rows: &mut Vec<Row>, slack: f64) -> usize {
     let mut seen = HashSet::new();
