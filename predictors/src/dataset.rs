@@ -127,9 +127,10 @@ impl Latency {
     }
 }
 
-/// `rows` with their label (`ms`) the chosen latency: unchanged for [`Latency::Median`], `ms`
-/// replaced by `least_ms` for [`Latency::Least`]. An error naming `path` and the first row
-/// without a fastest repetition (a file written before `least_ms` existed).
+/// `rows` with their label (`ms`) the chosen latency: unchanged for [`Latency::Median`]; for
+/// [`Latency::Least`], `ms` replaced by `least_ms` and the machine's speed (`probe_ms`) by the
+/// one that goes with it (`least_probe_ms`). An error naming `path` and the first row without
+/// a fastest repetition (a file written before `least_ms` existed).
 pub fn with_latency(
     mut rows: Vec<Row>,
     latency: Latency,
@@ -148,6 +149,7 @@ pub fn with_latency(
                 });
             }
             r.ms = r.least_ms;
+            r.probe_ms = r.least_probe_ms;
         }
     }
     Ok(rows)
@@ -223,6 +225,11 @@ pub struct Row {
     /// The fastest single repetition over the rounds kept ([`Latency::Least`]); 0 when not
     /// recorded (a file older than the column).
     pub least_ms: f64,
+    /// The reference layer's time that goes with `least_ms` ([`with_latency`] makes it the
+    /// row's `probe_ms` with the fastest repetition): a measurement's own `probe_ms`, and for a
+    /// point pooled over passes the least of their probes ([`Row::pooled_with`]). Not a
+    /// column of the file: set where a row is read or measured.
+    pub least_probe_ms: f64,
 }
 
 /// Why a dataset could not be read or written.
@@ -527,6 +534,11 @@ fn parse_row(fields: &[String], columns: usize) -> Result<Row, String> {
     if executor.is_empty() {
         return Err("field 'executor' (column 17) is empty".into());
     }
+    let probe_ms = if columns > NO_PROBE_COLUMNS {
+        num(35)?
+    } else {
+        0.0
+    };
     Ok(Row {
         config: f(0).to_string(),
         device: f(1).to_string(),
@@ -546,16 +558,13 @@ fn parse_row(fields: &[String], columns: usize) -> Result<Row, String> {
         ms: num(31)?,
         reps: int(32)?,
         sync_ms: num(33)?,
-        probe_ms: if columns > NO_PROBE_COLUMNS {
-            num(35)?
-        } else {
-            0.0
-        },
+        probe_ms,
         least_ms: if columns > NO_LEAST_COLUMNS {
             num(36)?
         } else {
             0.0
         },
+        least_probe_ms: probe_ms,
     })
 }
 
@@ -598,6 +607,10 @@ impl Row {
     /// least), repetitions summed, the
     /// joins' and the reference layer's times by their geometric means too (the reference
     /// layer's over the measurements that recorded it).
+    ///
+    /// The reference layer's time that goes with the fastest repetition (`least_probe_ms`) is
+    /// the least of the measurements' probes instead: a pass measured in a slow phase of the
+    /// machine does not move the fastest repetition, so it must not move its speed either.
     pub fn pooled_with(&self, others: &[&Row]) -> Row {
         let mut p = self.clone();
         if others.is_empty() {
@@ -615,6 +628,10 @@ impl Row {
             p.sync_ms = geomean(joins);
         }
         let probes: Vec<f64> = all().map(|r| r.probe_ms).filter(|&x| x > 0.0).collect();
+        p.least_probe_ms = probes.iter().copied().fold(f64::INFINITY, f64::min);
+        if !p.least_probe_ms.is_finite() {
+            p.least_probe_ms = 0.0;
+        }
         p.probe_ms = if probes.is_empty() {
             0.0
         } else {
@@ -821,6 +838,7 @@ pub(crate) fn test_point(config: &str, c1: usize, ms: f64, probe_ms: f64) -> Row
         sync_ms: 0.002,
         probe_ms,
         least_ms: 0.0,
+        least_probe_ms: probe_ms,
     }
 }
 
@@ -985,6 +1003,8 @@ mod tests {
         assert_eq!((pooled[0].config.as_str(), pooled[0].c1), ("a", 8));
         assert!((pooled[0].ms - 2.0).abs() < 1e-12, "{:?}", pooled[0]);
         assert!((pooled[0].probe_ms - 2.0).abs() < 1e-12, "{:?}", pooled[0]);
+        // The speed that goes with the fastest repetition: the least of the probes recorded.
+        assert_eq!(pooled[0].least_probe_ms, 1.0);
         assert!((pooled[0].sync_ms - 0.002).abs() < 1e-15);
         assert_eq!(pooled[0].reps, 9);
         assert_eq!(pooled[1..], rows[1..3]);
@@ -998,7 +1018,8 @@ mod tests {
         let path = dir.path().join("d.csv");
         let mut a = test_point("a", 8, 2.0, 1.0);
         a.least_ms = 1.5;
-        let mut a2 = test_point("a", 8, 8.0, 1.0);
+        // The second pass ran in a slow phase: its probe took three times as long.
+        let mut a2 = test_point("a", 8, 8.0, 3.0);
         a2.least_ms = 6.0;
         let b = test_point("b", 8, 3.0, 1.0);
         write(&path, &[a.clone(), a2, b.clone()]).expect("write");
@@ -1014,6 +1035,13 @@ mod tests {
         assert_eq!(rows[1], b);
         let median = with_latency(rows.clone(), Latency::Median, &path).expect("median");
         assert_eq!(median, rows);
+        // With the median, the probes' geometric mean (1 · 3)^(1/2); with the fastest
+        // repetition, the least probe.
+        assert!(
+            (median[0].probe_ms - 3f64.sqrt()).abs() < 1e-9,
+            "{:?}",
+            median[0]
+        );
         // b has no fastest repetition: the least latency is refused, naming the point.
         let Err(err) = with_latency(rows.clone(), Latency::Least, &path) else {
             panic!("b has no least_ms")
@@ -1024,7 +1052,7 @@ mod tests {
             "{msg}"
         );
         let least = with_latency(rows[..1].to_vec(), Latency::Least, &path).expect("least");
-        assert_eq!(least[0].ms, 1.5);
+        assert_eq!((least[0].ms, least[0].probe_ms), (1.5, 1.0));
         // A measurement without it pools to none.
         let mut c = test_point("c", 8, 1.0, 1.0);
         c.least_ms = 0.5;

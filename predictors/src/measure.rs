@@ -725,6 +725,7 @@ pub fn run(
             sync_ms: sync.median_ms,
             probe_ms: 0.0,
             least_ms: 0.0,
+            least_probe_ms: 0.0,
         };
         for ((&g, d), t) in gpu_points.iter().zip(&dispatches).zip(&gpu_rounds.times) {
             let mut r = base(gpu_executor(layer.op, d.variant), 0, c - g, c);
@@ -734,6 +735,7 @@ pub fn run(
             r.least_ms = t.least_ms;
             r.reps = t.reps;
             r.probe_ms = gpu_rounds.probe_ms.unwrap_or(0.0);
+            r.least_probe_ms = r.probe_ms;
             rows.push(r);
         }
         for &t in &plan.threads {
@@ -759,6 +761,7 @@ pub fn run(
                 r.least_ms = timing.least_ms;
                 r.reps = timing.reps;
                 r.probe_ms = cpu_rounds.probe_ms.unwrap_or(0.0);
+                r.least_probe_ms = r.probe_ms;
                 rows.push(r);
             }
         }

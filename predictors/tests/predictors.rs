@@ -75,6 +75,7 @@ fn synthetic_rows(configs: usize, seed: u64) -> Vec<Row> {
                 sync_ms: 0.004,
                 probe_ms: 0.0,
                 least_ms: 0.0,
+                least_probe_ms: 0.0,
             });
         }
         for c in measure::channel_points(l.cout, step, 5, &mut rng) {
@@ -95,6 +96,7 @@ fn synthetic_rows(configs: usize, seed: u64) -> Vec<Row> {
                 sync_ms: 0.004,
                 probe_ms: 0.0,
                 least_ms: 0.0,
+                least_probe_ms: 0.0,
             });
         }
     }
@@ -652,6 +654,7 @@ fn gpu_kernel_counts_are_the_same_at_compile_and_training_time() {
                 sync_ms: 0.0,
                 probe_ms: 0.0,
                 least_ms: 0.0,
+                least_probe_ms: 0.0,
             };
             assert_eq!(features::row_features(&row, true), x, "{l:?} g={g}");
         }
@@ -709,6 +712,7 @@ fn cpu_part_row(l: &Layer, executor: &str, threads: usize, c: usize) -> Row {
         sync_ms: 0.0,
         probe_ms: 0.0,
         least_ms: 0.0,
+        least_probe_ms: 0.0,
     }
 }
 
