@@ -243,7 +243,8 @@ pub struct EvalArgs {
     /// profile's data per side, and its change; `"probe_scaled"`: the accuracy with each side's
     /// predictions scaled by that change, where both recorded it; `"speed_model"`: the
     /// factor per side of the profile's speed model at the dataset's reference-layer time and
-    /// the accuracy with it, where the profile has one; with `--repeat`, also
+    /// the accuracy with it, where the profile has one, and in `"per_point"` the accuracy with
+    /// each point scaled at its own row's reference-layer time; with `--repeat`, also
     /// `"repeatability"` of the executors' shape, `"repeatability_overall"` and
     /// `"repeatability_at_target"`; `"latency"`: `median` or `least`, the latency of each
     /// point the profile predicts and is scored against, as trained with `--latency`).
@@ -1390,7 +1391,8 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
                 "\nAt the machine's speed of the hour by the profile's speed model (GPU side \
                  {}, CPU side {}, from this dataset's reference layer; fitted on the \
                  profile's datasets; an executor with a model of its own by that):\n\n\
-                 | executor | factor | speed-model MAPE | within ±10% |\n|---|---:|---:|---:|",
+                 | executor | factor | speed-model MAPE | within ±10% | each point at its own \
+                 probe |\n|---|---:|---:|---:|---:|",
                 factor(e.speed_factor[0]),
                 factor(e.speed_factor[1])
             );
@@ -1400,8 +1402,12 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
                 } else {
                     ""
                 };
+                let per_point = e
+                    .point_speed_scaled
+                    .get(name)
+                    .map_or("—".into(), |p| format!("{:.2}%", p.mape));
                 println!(
-                    "| {name} | {}{own} | {:.2}% | {:.1}% |",
+                    "| {name} | {}{own} | {:.2}% | {:.1}% | {per_point} |",
                     factor(e.executor_speed_factor.get(name).copied()),
                     a.mape,
                     a.within10 * 100.0

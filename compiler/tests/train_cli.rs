@@ -1075,6 +1075,37 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
         mape(&e.speed_scaled),
         mape(&e.executors)
     );
+    // Every row of a side read the same probe: point by point is the same scoring.
+    assert_eq!(e.point_speed_scaled, e.speed_scaled);
+    // A set whose first configurations ran in the fast hour and the rest in the slow one, as
+    // each row's probe records: one factor at the median probe misses one of the two halves,
+    // each point's own factor neither.
+    let first_half: BTreeSet<&str> = keep.iter().copied().step_by(2).collect();
+    let fast = hour(0.9);
+    let mixed: Vec<Row> = slow
+        .iter()
+        .zip(&fast)
+        .map(|(s, f)| {
+            if first_half.contains(s.config.as_str()) {
+                f.clone()
+            } else {
+                s.clone()
+            }
+        })
+        .collect();
+    let m = evaluate(&profile, &mixed);
+    assert!(
+        mape(&m.point_speed_scaled) + 3.0 < mape(&m.speed_scaled),
+        "per point {} against one factor {}",
+        mape(&m.point_speed_scaled),
+        mape(&m.speed_scaled)
+    );
+    assert!(
+        mape(&m.point_speed_scaled) < mape(&e.speed_scaled) + 1.0,
+        "per point {} against the slow hour alone {}",
+        mape(&m.point_speed_scaled),
+        mape(&e.speed_scaled)
+    );
     let slow_path = dir.path().join("slow.csv");
     dataset::write(&slow_path, &slow).expect("write");
     let run = tandem()
@@ -1102,6 +1133,15 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
             .expect("executors")
             .len(),
         e.speed_scaled.len()
+    );
+    let per_point = j["speed_model"]["per_point"]["overall"]["mape"]
+        .as_f64()
+        .expect("the per-point score");
+    // (The file's latencies are rounded: the score agrees to within a hundredth of a point.)
+    assert!(
+        (per_point - mape(&e.point_speed_scaled)).abs() < 0.01,
+        "{per_point} against {}",
+        mape(&e.point_speed_scaled)
     );
 
     // Planning at the speed of the hour times the reference layer here and says so.

@@ -103,6 +103,12 @@ pub struct Evaluation {
     /// predictions scaled by it: the profile's predictions for the machine's speed of the hour
     /// as the reference layer read it (fitted on the profile's datasets, not on this one).
     pub speed_scaled: BTreeMap<String, Accuracy>,
+    /// The same point by point: each prediction scaled by the executor's factor at the
+    /// reference-layer time its own row recorded (its side's probe; the dataset's where the
+    /// row has none), as `tandem compile --speed-probe` scales a plan by the probe read just
+    /// before it. A dataset measured over half an hour in which the machine's speed moved is
+    /// scored at each point's speed, not at the median's.
+    pub point_speed_scaled: BTreeMap<String, Accuracy>,
 }
 
 /// How much slower (+) or faster (−) the quiet gate's reference layer ran for `dataset`
@@ -147,6 +153,8 @@ pub fn machine_offset(offsets: &BTreeMap<String, f64>) -> f64 {
 /// measurement time) and scores the predictions per executor.
 pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
     let mut pairs: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    // Per executor, each point's own reference-layer time (0: not recorded).
+    let mut point_probes: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut unknown = BTreeMap::new();
     let mut predicted = Vec::with_capacity(rows.len());
     for r in rows {
@@ -161,6 +169,10 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
         let entry = pairs.entry(r.executor.clone()).or_default();
         entry.0.push(p);
         entry.1.push(r.ms);
+        point_probes
+            .entry(r.executor.clone())
+            .or_default()
+            .push(r.probe_ms);
     }
     let offset: BTreeMap<String, f64> = pairs
         .iter()
@@ -209,6 +221,25 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
             Some((k.clone(), accuracy(&scaled, m)))
         })
         .collect();
+    let point_speed_scaled = pairs
+        .iter()
+        .filter(|(k, _)| executor_speed_factor.contains_key(*k))
+        .filter_map(|(k, (p, m))| {
+            let cpu = is_cpu(k);
+            let scaled: Option<Vec<f64>> = p
+                .iter()
+                .zip(&point_probes[k])
+                .map(|(p, &own)| {
+                    let mut at = [probe_ms.gpu_ms, probe_ms.cpu_ms];
+                    if own > 0.0 {
+                        at[usize::from(cpu)] = Some(own);
+                    }
+                    Some(p * profile.speed.factor_for(k, at)?)
+                })
+                .collect();
+            Some((k.clone(), accuracy(&scaled?, m)))
+        })
+        .collect();
     Evaluation {
         executors: pairs
             .iter()
@@ -231,6 +262,7 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
         speed_factor,
         executor_speed_factor,
         speed_scaled,
+        point_speed_scaled,
     }
 }
 
@@ -310,6 +342,11 @@ pub fn to_json(e: &Evaluation) -> serde_json::Value {
             "factor": {"gpu": e.speed_factor[0], "cpu": e.speed_factor[1]},
             "executor_factor": e.executor_speed_factor,
             "executors": accuracies_json(&e.speed_scaled),
+            "per_point": {
+                "executors": accuracies_json(&e.point_speed_scaled),
+                "overall": accuracy_json(&overall(&e.point_speed_scaled)),
+                "at_target": at_target_json(&e.point_speed_scaled),
+            },
         },
     })
 }
