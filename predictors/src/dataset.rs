@@ -628,10 +628,7 @@ impl Row {
             p.sync_ms = geomean(joins);
         }
         let probes: Vec<f64> = all().map(|r| r.probe_ms).filter(|&x| x > 0.0).collect();
-        p.least_probe_ms = probes.iter().copied().fold(f64::INFINITY, f64::min);
-        if !p.least_probe_ms.is_finite() {
-            p.least_probe_ms = 0.0;
-        }
+        p.least_probe_ms = probes.iter().copied().reduce(f64::min).unwrap_or(0.0);
         p.probe_ms = if probes.is_empty() {
             0.0
         } else {

@@ -223,7 +223,6 @@ pub fn evaluate(profile: &Profile, rows: &[Row]) -> Evaluation {
         .collect();
     let point_speed_scaled = pairs
         .iter()
-        .filter(|(k, _)| executor_speed_factor.contains_key(*k))
         .filter_map(|(k, (p, m))| {
             let cpu = is_cpu(k);
             let scaled: Option<Vec<f64>> = p
