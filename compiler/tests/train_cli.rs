@@ -1143,6 +1143,40 @@ fn datasets_of_several_hours_give_a_speed_model_that_eval_and_compile_use() {
         "{per_point} against {}",
         mape(&e.point_speed_scaled)
     );
+    // The table says the same: the speed model's rows end with the point-by-point MAPE.
+    let run = tandem()
+        .arg("eval")
+        .arg(&out)
+        .arg(&slow_path)
+        .output()
+        .expect("tandem eval");
+    assert!(run.status.success());
+    let table = String::from_utf8_lossy(&run.stdout);
+    let speed_table = table
+        .split("At the machine's speed of the hour by the profile's speed model")
+        .nth(1)
+        .expect("a speed-model table");
+    assert!(
+        speed_table.contains("| each point at its own probe |"),
+        "{table}"
+    );
+    for (name, a) in &e.point_speed_scaled {
+        let row = speed_table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("no row of {name} in {table}"));
+        let last: f64 = row
+            .trim_end_matches(['|', ' '])
+            .rsplit("| ")
+            .next()
+            .and_then(|v| v.trim_end_matches('%').parse().ok())
+            .unwrap_or_else(|| panic!("no per-point MAPE in {row:?}"));
+        assert!(
+            (last - a.mape).abs() < 0.1,
+            "{name}: {row:?} against {}",
+            a.mape
+        );
+    }
 
     // Planning at the speed of the hour times the reference layer here and says so.
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
