@@ -219,6 +219,18 @@ pub struct TrainArgs {
     /// Needs at least 4. Repeatable.
     #[arg(long, value_name = "LATER.csv")]
     pub speed_from: Vec<PathBuf>,
+    /// With `--speed-of` (or `--base-speed`) and `--speed-from`: also take each point's own
+    /// moment out before training. Within one dataset the host's speed drifts (a long
+    /// measurement spans slow and fast phases), and each point's reference-layer time records
+    /// its moment; a point's latency is multiplied by `(median / its probe)^b`, the median
+    /// its dataset's on its side, so that every point of a dataset stands at its median
+    /// moment and the machine offset then brings the dataset to the yardstick's speed. `b` per
+    /// side is fitted on the `--speed-from` sets against the yardstick: how far one point's
+    /// latency moves with its own probe about its set's (`speed::point_elasticity`), below the
+    /// elasticity across sets because one reading is noisier than a set's median. A side
+    /// whose points do not follow their probes is left as measured.
+    #[arg(long, requires = "speed_from")]
+    pub point_speed: bool,
 }
 
 fn parse_latency(s: &str) -> Result<dataset::Latency, String> {
@@ -827,14 +839,11 @@ pub fn train(args: &TrainArgs) -> Result<()> {
         }),
         _ => None,
     };
-    let mut rows = Vec::new();
-    let mut names = Vec::new();
-    // Each dataset as measured, for the speed model.
-    let mut measured = Vec::new();
+    // Every training dataset as measured, checked to be of one device.
+    let mut read = Vec::new();
     let mut first: Option<(String, String)> = None;
     for path in std::iter::once(&args.dataset).chain(&args.add) {
-        let (these, name, as_measured) =
-            training_rows(path, args.drop_slow_joins, speed_base, args.latency)?;
+        let (these, name) = training_rows(path, args.drop_slow_joins, args.latency)?;
         let Some(r) = these.first() else {
             bail!("{}: no measurements", path.display());
         };
@@ -842,19 +851,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             None => first = Some((r.device.clone(), r.cpu.clone())),
             Some(main) => refuse_other_device("--add", path, &these, main, &args.dataset)?,
         }
-        rows.extend(these);
-        names.push(name);
-        measured.push((path, as_measured));
-    }
-    if !args.add.is_empty() {
-        // A point measured in several of the datasets is one point, their geometric mean.
-        let stored = rows.len();
-        rows = dataset::pool_repeats(rows);
-        eprintln!(
-            "--add: {} points from {stored} rows of {} datasets",
-            rows.len(),
-            names.len()
-        );
+        read.push((path, these, name));
     }
     // The speed model's datasets, read (and checked) before the training they follow.
     let mut later = Vec::new();
@@ -872,6 +869,38 @@ pub fn train(args: &TrainArgs) -> Result<()> {
             refuse_other_device("--speed-from", path, &rows, &main, &args.dataset)?;
             later.push((path, rows));
         }
+    }
+    let point_elasticity = if args.point_speed {
+        Some(point_speed_elasticity(speed_base, &later)?)
+    } else {
+        None
+    };
+    let mut rows = Vec::new();
+    let mut names = Vec::new();
+    // Each dataset as measured, for the speed model.
+    let mut measured = Vec::new();
+    for (path, these, mut name) in read {
+        let as_measured = these.clone();
+        let mut these = these;
+        if let Some(elasticity) = point_elasticity {
+            at_median_moment(path, &mut these, &mut name, elasticity);
+        }
+        if let Some(base) = speed_base {
+            at_base_speed(path, &mut these, &mut name, base)?;
+        }
+        rows.extend(these);
+        names.push(name);
+        measured.push((path, as_measured));
+    }
+    if !args.add.is_empty() {
+        // A point measured in several of the datasets is one point, their geometric mean.
+        let stored = rows.len();
+        rows = dataset::pool_repeats(rows);
+        eprintln!(
+            "--add: {} points from {stored} rows of {} datasets",
+            rows.len(),
+            names.len()
+        );
     }
     let mut name = names.join(" + ");
     for other in &args.add_cpu {
@@ -985,18 +1014,14 @@ fn speed_yardstick(
 }
 
 /// The rows `tandem train` takes from one dataset, and how its provenance names them: its
-/// points (passes pooled), without the short GPU parts of slow joins when `drop_slow_joins`
-/// (a percentage over the dataset's own 10th percentile) is given, and with `speed_base`
-/// (`--base-speed`'s base or `--speed-of`'s profile) divided by the dataset's own machine
-/// offset against that profile, so that datasets measured in hours of different speeds agree.
-/// Also returns the rows as measured (before that division), whose speed the speed model fits.
+/// points (passes pooled) with the `latency` fitted, without the short GPU parts of slow joins
+/// when `drop_slow_joins` (a percentage over the dataset's own 10th percentile) is given.
 #[cfg(feature = "lightgbm")]
 fn training_rows(
     path: &Path,
     drop_slow_joins: Option<f64>,
-    speed_base: Option<SpeedBase>,
     latency: dataset::Latency,
-) -> Result<(Vec<dataset::Row>, String, Vec<dataset::Row>)> {
+) -> Result<(Vec<dataset::Row>, String)> {
     let mut rows = dataset::with_latency(read_dataset(path)?, latency, path)?;
     let mut name = file_name_of(path);
     if let Some(percent) = drop_slow_joins {
@@ -1012,40 +1037,114 @@ fn training_rows(
             " without the short GPU parts of slow joins (+{percent}%)"
         ));
     }
-    let as_measured = rows.clone();
-    if let Some(SpeedBase {
+    Ok((rows, name))
+}
+
+/// Divides one dataset's latencies (`rows`, of `path`) by its machine offset against
+/// `base` (`--base-speed`'s base or `--speed-of`'s profile), so that datasets measured in
+/// hours of different speeds agree, and says so in `name`.
+#[cfg(feature = "lightgbm")]
+fn at_base_speed(
+    path: &Path,
+    rows: &mut [dataset::Row],
+    name: &mut String,
+    base: SpeedBase,
+) -> Result<()> {
+    let SpeedBase {
         profile,
         name: base_name,
         flag,
-    }) = speed_base
-    {
-        let e = evaluate(profile, &rows);
-        if e.offset.is_empty() {
-            bail!(
-                "{flag}: none of the executors of {} is in {base_name}, so it has no speed \
-                 against it",
-                path.display()
-            );
-        }
-        let offset = e.machine_offset;
-        let factor = 1.0 + offset / 100.0;
-        if !(factor > 0.0 && factor.is_finite()) {
-            bail!(
-                "{flag}: the machine offset of {} against {base_name} is {offset}%",
-                path.display()
-            );
-        }
-        for r in &mut rows {
-            r.ms /= factor;
-        }
-        eprintln!(
-            "{flag}: {} ran {offset:+.2}% against {base_name}; its latencies divided by \
-             {factor:.4}",
+    } = base;
+    let e = evaluate(profile, rows);
+    if e.offset.is_empty() {
+        bail!(
+            "{flag}: none of the executors of {} is in {base_name}, so it has no speed \
+             against it",
             path.display()
         );
-        name.push_str(&format!(" at the speed of {base_name} (÷{factor:.4})"));
     }
-    Ok((rows, name, as_measured))
+    let offset = e.machine_offset;
+    let factor = 1.0 + offset / 100.0;
+    if !(factor > 0.0 && factor.is_finite()) {
+        bail!(
+            "{flag}: the machine offset of {} against {base_name} is {offset}%",
+            path.display()
+        );
+    }
+    for r in rows.iter_mut() {
+        r.ms /= factor;
+    }
+    eprintln!(
+        "{flag}: {} ran {offset:+.2}% against {base_name}; its latencies divided by \
+         {factor:.4}",
+        path.display()
+    );
+    name.push_str(&format!(" at the speed of {base_name} (÷{factor:.4})"));
+    Ok(())
+}
+
+/// `--point-speed`'s elasticity per side (GPU, CPU): fitted on the `--speed-from` sets
+/// (`later`) against the yardstick ([`tandem_predictors::speed::point_elasticity`]). An error
+/// without a yardstick; a side without a fit is said and left as measured (`None`).
+#[cfg(feature = "lightgbm")]
+fn point_speed_elasticity(
+    speed_base: Option<SpeedBase>,
+    later: &[(&PathBuf, Vec<dataset::Row>)],
+) -> Result<[Option<f64>; 2]> {
+    let Some(SpeedBase {
+        profile,
+        name,
+        flag,
+    }) = speed_base
+    else {
+        bail!(
+            "--point-speed reads each point's speed against a profile of the host: give it \
+             with --speed-of (or --base-speed with one --base)"
+        );
+    };
+    let sets: Vec<&[dataset::Row]> = later.iter().map(|(_, rows)| rows.as_slice()).collect();
+    let fits = tandem_predictors::speed::point_elasticity(profile, &sets);
+    for (side, fit) in ["GPU", "CPU"].iter().zip(&fits) {
+        match fit {
+            Some(f) => eprintln!(
+                "--point-speed, {side} side: a point's latency moves {:.3}x (±{:.3}) its own \
+                 reference layer's time about its dataset's ({} points of {} --speed-from sets \
+                 against {flag} {name})",
+                f.elasticity, f.se, f.points, f.datasets
+            ),
+            None => eprintln!(
+                "--point-speed, {side} side: its points do not follow their own reference \
+                 layer's time in the --speed-from sets against {flag} {name} (too few points \
+                 with a probe, or a slope not {} standard errors above zero): left as measured",
+                tandem_predictors::speed::MIN_T
+            ),
+        }
+    }
+    Ok(fits.map(|f| f.map(|f| f.elasticity)))
+}
+
+/// Brings each point of one dataset (`rows`, of `path`) to the dataset's median moment by its
+/// own reference-layer time (`--point-speed`, [`tandem_predictors::speed::at_median_probe`])
+/// and says so in `name`.
+#[cfg(feature = "lightgbm")]
+fn at_median_moment(
+    path: &Path,
+    rows: &mut [dataset::Row],
+    name: &mut String,
+    elasticity: [Option<f64>; 2],
+) {
+    let (moved, typical) = tandem_predictors::speed::at_median_probe(rows, elasticity);
+    eprintln!(
+        "--point-speed: {moved} points of {} brought to its median reference-layer time \
+         (median change {typical:.2}%)",
+        path.display()
+    );
+    let side = |b: Option<f64>| b.map_or("as measured".to_string(), |b| format!("^{b:.3}"));
+    name.push_str(&format!(
+        " with each point at its median probe (GPU side {}, CPU side {})",
+        side(elasticity[0]),
+        side(elasticity[1])
+    ));
 }
 
 /// The speed model of the trained `profile` ([`tandem_predictors::speed`]) on the datasets it

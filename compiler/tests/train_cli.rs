@@ -7,7 +7,8 @@
 //! further datasets pooled, each at the base's speed with `--base-speed`. `tandem train
 //! --latency least`: the fastest repetitions fitted, and scored so by `tandem eval`. `tandem
 //! train --speed-from`: the speed model fitted on later datasets; `--speed-of`: every dataset at
-//! one profile's speed. `tandem flatten`: long
+//! one profile's speed; `--point-speed`: each point at its dataset's median moment. `tandem
+//! flatten`: long
 //! forests distilled into short ones.
 #![cfg(feature = "lightgbm")]
 
@@ -1514,4 +1515,168 @@ fn flatten_shortens_the_forests_and_refuses_bad_input() {
     let original = tandem_predictors::Profile::load(&shipped).expect("shipped");
     let kept = tandem_predictors::Profile::load(&same).expect("written");
     assert_eq!(kept.executors, original.executors);
+}
+
+/// A small pseudo-random drift per point, 0.92–1.08 (not a function of the layer, so no
+/// forest can learn it).
+fn drift_of(point: usize, seed: usize) -> f64 {
+    let x = (point * 2_654_435_761 + seed * 40_503) % 1_000_003;
+    0.92 + 0.16 * (x as f64 / 1_000_003.0)
+}
+
+/// `rows` measured in an hour of `level` (the reference layer `level` times its base, the
+/// latencies `√level`), each point at a moment of its own: its probe `drift` times the hour's,
+/// its latency `drift^0.6` ([`drift_of`], by `seed`).
+fn drifting_hour(rows: &[Row], level: f64, seed: usize) -> Vec<Row> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let d = drift_of(i, seed);
+            Row {
+                ms: r.ms * level.sqrt() * d.powf(0.6),
+                probe_ms: if is_cpu(&r.executor) { 0.18 } else { 0.9 } * level * d,
+                ..r.clone()
+            }
+        })
+        .collect()
+}
+
+/// `tandem train --point-speed`: each training point is brought to its dataset's median moment
+/// by its own reference-layer time, by the within-set elasticity fitted on the `--speed-from`
+/// sets against the yardstick; the drift then no longer reaches the forests. It needs a
+/// yardstick and later sets, and says so.
+#[test]
+fn point_speed_takes_each_points_own_moment_out_of_the_training_set() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (clean, some) = first_configs(
+        "pocl-1core-xeon2.fresh8.csv.gz",
+        "pocl-1core-xeon2.device.json",
+        60,
+        dir.path(),
+        "clean",
+    );
+    // The yardstick: the same points measured without drift, every probe at its base.
+    let steady: Vec<Row> = some
+        .iter()
+        .map(|r| Row {
+            probe_ms: if is_cpu(&r.executor) { 0.18 } else { 0.9 },
+            ..r.clone()
+        })
+        .collect();
+    dataset::write(&clean, &steady).expect("write");
+    let yardstick = dir.path().join("yardstick.profile");
+    succeeds(tandem().arg("train").arg(&clean).arg("-o").arg(&yardstick));
+    // Four later hours and the training set, each drifting point by point.
+    let mut later = Vec::new();
+    for (i, level) in [0.9, 0.95, 1.05, 1.1].into_iter().enumerate() {
+        let path = dir.path().join(format!("later{i}.csv"));
+        dataset::write(&path, &drifting_hour(&some, level, i + 1)).expect("write");
+        later.push(path);
+    }
+    let drifting = dir.path().join("drifting.csv");
+    dataset::write(&drifting, &drifting_hour(&some, 1.0, 9)).expect("write");
+    std::fs::copy(
+        profiles().join("pocl-1core-xeon2.device.json"),
+        dir.path().join("drifting.device.json"),
+    )
+    .expect("sidecar");
+    let train = |name: &str, point_speed: bool| {
+        let mut cmd = tandem();
+        cmd.arg("train")
+            .arg(&drifting)
+            .arg("--speed-of")
+            .arg(&yardstick);
+        for p in &later {
+            cmd.arg("--speed-from").arg(p);
+        }
+        if point_speed {
+            cmd.arg("--point-speed");
+        }
+        let out = dir.path().join(format!("{name}.profile"));
+        let stderr = succeeds(cmd.arg("-o").arg(&out));
+        (out, stderr)
+    };
+    let (plain, _) = train("plain", false);
+    let (out, stderr) = train("moved", true);
+    for side in ["GPU", "CPU"] {
+        let line = stderr
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "--point-speed, {side} side: a point's latency moves"
+                ))
+            })
+            .unwrap_or_else(|| panic!("no {side} side fit in {stderr}"));
+        let b: f64 = line
+            .split("moves ")
+            .nth(1)
+            .and_then(|v| v.split('x').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no elasticity in {line:?}"));
+        assert!((b - 0.6).abs() < 0.05, "{line}");
+    }
+    assert!(
+        stderr.contains("--point-speed: ") && stderr.contains("drifting.csv brought to its median"),
+        "{stderr}"
+    );
+    let profile = tandem_predictors::Profile::load(&out).expect("profile");
+    assert!(
+        profile
+            .provenance
+            .dataset
+            .contains("with each point at its median probe (GPU side ^0."),
+        "{}",
+        profile.provenance.dataset
+    );
+    // The drift (±5% on each latency) no longer reaches the forests: they predict what the
+    // steady measurement taught the yardstick's, where those trained on the drifting points
+    // as measured learned some of it.
+    let plain = tandem_predictors::Profile::load(&plain).expect("profile");
+    let steady_profile = tandem_predictors::Profile::load(&yardstick).expect("profile");
+    let predict = |p: &tandem_predictors::Profile| {
+        tandem_predictors::eval::evaluate(p, &steady)
+            .predicted
+            .into_iter()
+            .map(|x| x.expect("a prediction"))
+            .collect::<Vec<f64>>()
+    };
+    let steady_ms = predict(&steady_profile);
+    let apart = |p: &tandem_predictors::Profile| {
+        let ms = predict(p);
+        100.0
+            * ms.iter()
+                .zip(&steady_ms)
+                .map(|(a, b)| (a / b - 1.0).abs())
+                .sum::<f64>()
+            / ms.len() as f64
+    };
+    assert!(
+        apart(&profile) + 1.0 < apart(&plain),
+        "with --point-speed {}% from the steady forests, without {}%",
+        apart(&profile),
+        apart(&plain)
+    );
+
+    // Without a yardstick, or without later sets, it is refused.
+    let mut cmd = tandem();
+    cmd.arg("train").arg(&drifting).arg("--point-speed");
+    for p in &later {
+        cmd.arg("--speed-from").arg(p);
+    }
+    let stderr = fails(cmd.arg("-o").arg(dir.path().join("no.profile")));
+    assert!(
+        stderr.contains("--point-speed reads each point's speed against a profile of the host"),
+        "{stderr}"
+    );
+    let stderr = fails(
+        tandem()
+            .arg("train")
+            .arg(&drifting)
+            .arg("--speed-of")
+            .arg(&yardstick)
+            .arg("--point-speed")
+            .arg("-o")
+            .arg(dir.path().join("no.profile")),
+    );
+    assert!(stderr.contains("--speed-from"), "{stderr}");
 }

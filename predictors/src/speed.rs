@@ -23,6 +23,12 @@
 //! ([`DatasetSpeed::executors`]); an executor with one uses it ([`SpeedModel::factor_for`]),
 //! the others their side's.
 //!
+//! Within one dataset the host drifts too, and each point's own probe records its moment:
+//! [`point_elasticity`] fits how far one point's latency follows its own reading about its
+//! dataset's (less than across datasets, a single reading being noisier than a dataset's
+//! median), and [`at_median_probe`] brings every point of a training set to its median moment
+//! by it (`tandem train --point-speed`), so that the drift does not reach the forests.
+//!
 //! Contracts:
 //! - [`fit_side`] needs at least [`MIN_DATASETS`] datasets and a slope at least
 //!   [`MIN_T`] standard errors above zero; otherwise the side has no model (`None`): a probe
@@ -260,6 +266,119 @@ pub fn fit(datasets: &[DatasetSpeed]) -> SpeedModel {
     }
 }
 
+/// Points a side needs, over all datasets, for [`point_elasticity`] to fit it.
+pub const MIN_POINT_FIT: usize = 200;
+
+/// How much one point's latency moves with its own reference-layer time about its dataset's
+/// (one side): the elasticity within datasets, pooled over them and their executors.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PointElasticity {
+    pub elasticity: f64,
+    /// Its standard error.
+    pub se: f64,
+    /// The points fitted, over how many datasets.
+    pub points: usize,
+    pub datasets: usize,
+}
+
+/// The within-dataset elasticity per side (GPU, CPU) of the datasets `datasets` against
+/// `profile`: the least-squares slope of `ln(measured / predicted)` on `ln(probe_ms)`, both
+/// taken about their mean in each dataset and executor, so that neither the hour of a dataset
+/// nor the bias of an executor enters it. Within one dataset a point's probe is one short
+/// reading, noisier than a dataset's median of hundreds, so this slope lies below the
+/// elasticity across datasets ([`fit_side`]): it is how far one reading should move one point.
+///
+/// A side gets `None` with fewer than [`MIN_POINT_FIT`] points with a probe and a prediction,
+/// or a slope not [`MIN_T`] standard errors above zero; the elasticity is at most
+/// [`MAX_ELASTICITY`].
+pub fn point_elasticity(profile: &Profile, datasets: &[&[Row]]) -> [Option<PointElasticity>; 2] {
+    // Per side: sums of the centred products, points, (dataset, executor) groups, datasets.
+    let mut sums = [[0.0f64; 3]; 2];
+    let mut counts = [[0usize; 3]; 2];
+    for rows in datasets {
+        let predicted = evaluate(profile, rows).predicted;
+        let mut groups: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+        for (r, p) in rows.iter().zip(predicted) {
+            let Some(p) = p.filter(|&p| p > 0.0 && p.is_finite()) else {
+                continue;
+            };
+            if r.probe_ms > 0.0 && r.ms > 0.0 {
+                groups
+                    .entry(r.executor.as_str())
+                    .or_default()
+                    .push((r.probe_ms.ln(), (r.ms / p).ln()));
+            }
+        }
+        let mut seen = [false; 2];
+        for (executor, points) in groups {
+            let side = usize::from(is_cpu(executor));
+            let n = points.len() as f64;
+            let mx = points.iter().map(|(x, _)| x).sum::<f64>() / n;
+            let my = points.iter().map(|(_, y)| y).sum::<f64>() / n;
+            for (x, y) in &points {
+                sums[side][0] += (x - mx) * (x - mx);
+                sums[side][1] += (x - mx) * (y - my);
+                sums[side][2] += (y - my) * (y - my);
+            }
+            counts[side][0] += points.len();
+            counts[side][1] += 1;
+            seen[side] = true;
+        }
+        for side in 0..2 {
+            counts[side][2] += usize::from(seen[side]);
+        }
+    }
+    std::array::from_fn(|side| {
+        let [sxx, sxy, syy] = sums[side];
+        let [points, groups, datasets] = counts[side];
+        if points < MIN_POINT_FIT || sxx <= 1e-12 {
+            return None;
+        }
+        let slope = sxy / sxx;
+        let residual = (syy - slope * sxy).max(0.0);
+        let freedom = points.saturating_sub(groups + 1).max(1) as f64;
+        let se = (residual / freedom / sxx).sqrt();
+        (slope > 0.0 && slope >= MIN_T * se).then(|| PointElasticity {
+            elasticity: slope.min(MAX_ELASTICITY),
+            se,
+            points,
+            datasets,
+        })
+    })
+}
+
+/// Brings every point of one dataset's `rows` to its side's median reference-layer time
+/// ([`ProbeSpeed::of`]): `ms × (median / probe_ms)^elasticity`, the elasticity of its side
+/// (GPU, CPU; [`point_elasticity`]). Points without a probe, and a side without an
+/// elasticity, stay as measured. What is left of the dataset's speed is its hour's, which a
+/// machine offset takes out. Returns how many points moved and the median of their moves
+/// (the absolute change, in percent).
+pub fn at_median_probe(rows: &mut [Row], elasticity: [Option<f64>; 2]) -> (usize, f64) {
+    let Some(median) = ProbeSpeed::of(rows) else {
+        return (0, 0.0);
+    };
+    let median = [median.gpu_ms, median.cpu_ms];
+    let mut moves = Vec::new();
+    for r in rows.iter_mut() {
+        let side = usize::from(is_cpu(&r.executor));
+        let (Some(b), Some(m)) = (elasticity[side], median[side]) else {
+            continue;
+        };
+        if r.probe_ms > 0.0 {
+            let factor = (m / r.probe_ms).powf(b);
+            r.ms *= factor;
+            moves.push(100.0 * (factor - 1.0).abs());
+        }
+    }
+    let n = moves.len();
+    let typical = if n == 0 {
+        0.0
+    } else {
+        tandem_runtime::profile::median(&mut moves)
+    };
+    (n, typical)
+}
+
 /// Times the reference layer takes on each side now, each [`NOW_PROBES`] times.
 pub const NOW_PROBES: usize = 24;
 /// The slack of `tandem profile`'s quiet gate by default (8%): a dataset's probe times are
@@ -454,6 +573,120 @@ mod tests {
         t.push(f64::NAN);
         assert!((quiet_median(&t) - 1.025).abs() < 1e-9);
         assert_eq!(quiet_median(&[]), 0.0);
+    }
+
+    /// The shipped profile's predictions of a shipped dataset, re-measured in `hours` (a
+    /// level each) with each point's reference layer `1 ± 8%` of its side's base in a cycle
+    /// of five and its latency following it by `elasticity`; `conv_generic` 20% over its
+    /// prediction throughout (an executor's bias), and every third configuration `wobble`
+    /// slower (the shape no probe knows).
+    fn drifting_hours(hours: &[f64], elasticity: f64, wobble: f64) -> (Profile, Vec<Vec<Row>>) {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("profiles");
+        let profile = Profile::load(&dir.join("pocl-1core.profile")).expect("shipped profile");
+        let rows = crate::dataset::read(&dir.join("pocl-1core.fresh2.csv.gz")).expect("data");
+        let predicted = evaluate(&profile, &rows).predicted;
+        let sets = hours
+            .iter()
+            .map(|&level| {
+                let mut k = 0;
+                rows.iter()
+                    .zip(&predicted)
+                    .enumerate()
+                    .filter_map(|(i, (r, p))| {
+                        if i > 0 && rows[i - 1].config != r.config {
+                            k += 1;
+                        }
+                        let drift: f64 = [0.92, 0.96, 1.0, 1.04, 1.08][i % 5];
+                        let base = if is_cpu(&r.executor) { 0.18 } else { 0.9 };
+                        let bias = if r.executor == "conv_generic" {
+                            1.2
+                        } else {
+                            1.0
+                        };
+                        let shape = if k % 3 == 0 { wobble } else { 1.0 };
+                        Some(Row {
+                            ms: (*p)? * level * bias * shape * drift.powf(elasticity),
+                            probe_ms: base * level * drift,
+                            ..r.clone()
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        (profile, sets)
+    }
+
+    #[test]
+    fn a_points_own_probe_moves_it_by_the_within_dataset_elasticity() {
+        let (profile, sets) = drifting_hours(&[0.9, 1.0, 1.15], 0.6, 1.05);
+        let views: Vec<&[Row]> = sets.iter().map(Vec::as_slice).collect();
+        let [gpu, cpu] = point_elasticity(&profile, &views);
+        for side in [gpu, cpu] {
+            let s = side.expect("a fit per side");
+            // The hours' levels and conv_generic's bias are taken out before the fit.
+            assert!((s.elasticity - 0.6).abs() < 0.02, "{s:?}");
+            assert_eq!(s.datasets, 3);
+            assert!(s.points >= MIN_POINT_FIT && s.se < 0.05, "{s:?}");
+        }
+
+        // Brought to its median probe, a dataset keeps its hour and its shape, not the drift.
+        let mut rows = sets[2].clone();
+        let before = rows.clone();
+        let (moved, typical) = at_median_probe(&mut rows, [Some(0.6), Some(0.6)]);
+        assert_eq!(moved, rows.len());
+        assert!(typical > 1.0 && typical < 5.0, "{typical}");
+        let predicted = evaluate(&profile, &rows).predicted;
+        for (r, p) in rows.iter().zip(predicted) {
+            let ratio = r.ms / p.expect("a prediction");
+            let bias = if r.executor == "conv_generic" {
+                1.2
+            } else {
+                1.0
+            };
+            let left = ratio / (1.15 * bias);
+            assert!(
+                (left - 1.0).abs() < 1e-6 || (left - 1.05).abs() < 1e-6,
+                "{}: {ratio}",
+                r.config
+            );
+        }
+        // A side without an elasticity stays as measured.
+        let mut gpu_only = before.clone();
+        let (moved, _) = at_median_probe(&mut gpu_only, [Some(0.6), None]);
+        let gpu_rows = before.iter().filter(|r| !is_cpu(&r.executor)).count();
+        assert_eq!(moved, gpu_rows);
+        let changed = |cpu: bool| {
+            gpu_only
+                .iter()
+                .zip(&before)
+                .filter(|(a, b)| is_cpu(&a.executor) == cpu && a.ms != b.ms)
+                .count()
+        };
+        assert_eq!(changed(true), 0);
+        // (Those at the median probe itself keep their latency.)
+        assert!(changed(false) > gpu_rows / 2, "{}", changed(false));
+    }
+
+    #[test]
+    fn no_point_elasticity_where_the_probe_does_not_track_the_points() {
+        // Latencies that ignore their probes: no fit on either side.
+        let (profile, sets) = drifting_hours(&[0.9, 1.0, 1.15], 0.0, 1.05);
+        let views: Vec<&[Row]> = sets.iter().map(Vec::as_slice).collect();
+        assert_eq!(point_elasticity(&profile, &views), [None, None]);
+        // Too few points.
+        let (profile, sets) = drifting_hours(&[1.0], 0.6, 1.0);
+        let few: Vec<&[Row]> = vec![&sets[0][..MIN_POINT_FIT / 4]];
+        assert_eq!(point_elasticity(&profile, &few), [None, None]);
+        // Rows without a probe do not move, nor count.
+        let mut none: Vec<Row> = sets[0]
+            .iter()
+            .map(|r| Row {
+                probe_ms: 0.0,
+                ..r.clone()
+            })
+            .collect();
+        assert_eq!(at_median_probe(&mut none, [Some(0.6), Some(0.6)]), (0, 0.0));
+        assert_eq!(point_elasticity(&profile, &[&none[..]]), [None, None]);
     }
 
     #[test]
