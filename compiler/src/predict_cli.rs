@@ -879,9 +879,8 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     let mut names = Vec::new();
     // Each dataset as measured, for the speed model.
     let mut measured = Vec::new();
-    for (path, these, mut name) in read {
+    for (path, mut these, mut name) in read {
         let as_measured = these.clone();
-        let mut these = these;
         if let Some(elasticity) = point_elasticity {
             at_median_moment(path, &mut these, &mut name, elasticity);
         }
