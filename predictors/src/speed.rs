@@ -178,22 +178,38 @@ pub fn fit_side(points: &[(f64, f64)]) -> Option<SideSpeed> {
     let sxx: f64 = logs.iter().map(|(x, _)| (x - mx).powi(2)).sum();
     let syy: f64 = logs.iter().map(|(_, y)| (y - my).powi(2)).sum();
     let sxy: f64 = logs.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let fit = tracking_slope([sxx, sxy, syy], nf - 2.0)?;
+    Some(SideSpeed {
+        probe_ms: mx.exp(),
+        level: my.exp(),
+        elasticity: fit.slope.min(MAX_ELASTICITY),
+        datasets: n,
+        spread_percent: 100.0 * (syy / nf).sqrt(),
+        residual_percent: 100.0 * (fit.residual / nf).sqrt(),
+    })
+}
+
+/// A least-squares slope of `y` on `x` with its standard error and residual sum of squares.
+struct Slope {
+    slope: f64,
+    se: f64,
+    residual: f64,
+}
+
+/// The slope from the centred sums `[Σx², Σxy, Σy²]` with `freedom` residual degrees of
+/// freedom: `None` when `x` does not vary or the slope is not [`MIN_T`] standard errors above
+/// zero (the latencies do not track the probe). Uncapped: callers cap at [`MAX_ELASTICITY`].
+fn tracking_slope([sxx, sxy, syy]: [f64; 3], freedom: f64) -> Option<Slope> {
     if sxx <= 1e-12 {
         return None;
     }
     let slope = sxy / sxx;
     let residual = (syy - slope * sxy).max(0.0);
-    let se = (residual / (nf - 2.0) / sxx).sqrt();
-    if !(slope > 0.0 && slope >= MIN_T * se) {
-        return None;
-    }
-    Some(SideSpeed {
-        probe_ms: mx.exp(),
-        level: my.exp(),
-        elasticity: slope.min(MAX_ELASTICITY),
-        datasets: n,
-        spread_percent: 100.0 * (syy / nf).sqrt(),
-        residual_percent: 100.0 * (residual / nf).sqrt(),
+    let se = (residual / freedom.max(1.0) / sxx).sqrt();
+    (slope > 0.0 && slope >= MIN_T * se).then_some(Slope {
+        slope,
+        se,
+        residual,
     })
 }
 
@@ -271,7 +287,7 @@ pub const MIN_POINT_FIT: usize = 200;
 
 /// How much one point's latency moves with its own reference-layer time about its dataset's
 /// (one side): the elasticity within datasets, pooled over them and their executors.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PointElasticity {
     pub elasticity: f64,
     /// Its standard error.
@@ -329,18 +345,16 @@ pub fn point_elasticity(profile: &Profile, datasets: &[&[Row]]) -> [Option<Point
         }
     }
     std::array::from_fn(|side| {
-        let [sxx, sxy, syy] = sums[side];
         let [points, groups, datasets] = counts[side];
-        if points < MIN_POINT_FIT || sxx <= 1e-12 {
+        if points < MIN_POINT_FIT {
             return None;
         }
-        let slope = sxy / sxx;
-        let residual = (syy - slope * sxy).max(0.0);
-        let freedom = points.saturating_sub(groups + 1).max(1) as f64;
-        let se = (residual / freedom / sxx).sqrt();
-        (slope > 0.0 && slope >= MIN_T * se).then(|| PointElasticity {
-            elasticity: slope.min(MAX_ELASTICITY),
-            se,
+        // Each (dataset, executor) group spent a degree of freedom on its mean.
+        let freedom = points.saturating_sub(groups + 1) as f64;
+        let fit = tracking_slope(sums[side], freedom)?;
+        Some(PointElasticity {
+            elasticity: fit.slope.min(MAX_ELASTICITY),
+            se: fit.se,
             points,
             datasets,
         })
