@@ -241,7 +241,10 @@ impl Layer {
         let weights = 4.0 * self.reduction() as f64 * c;
         let output = 4.0 * pixels * c;
         let bytes = self.part_input_bytes(channels) + weights + output;
-        vec![
+        // Room for every feature an executor reads after these, so that extending does not
+        // move the row (a sweep builds a few hundred).
+        let mut row = Vec::with_capacity(ROW_CAPACITY);
+        row.extend_from_slice(&[
             self.n as f64,
             self.h as f64,
             self.w as f64,
@@ -265,9 +268,13 @@ impl Layer {
             f64::from(u8::from(channels == self.cout)),
             pixel_alignment(self.cin) as f64,
             pixel_alignment(self.cout) as f64,
-        ]
+        ]);
+        row
     }
 }
+
+/// The capacity [`Layer::op_features`] gives a feature row: more than any executor reads.
+const ROW_CAPACITY: usize = 64;
 
 /// The alignment, in floats up to a 64-byte cache line (16), of every pixel's channels in an
 /// NHWC tensor of `channels` channels (of every row of a `[rows, channels]` matrix): the largest
@@ -331,14 +338,14 @@ pub const DISPATCH_FEATURES: [&str; 14] = [
     "channel_offset",
 ];
 
-fn dispatch_features(d: &DispatchRecord, c0: usize, c1: usize) -> Vec<f64> {
+fn dispatch_features(d: &DispatchRecord, c0: usize, c1: usize) -> [f64; DISPATCH_FEATURES.len()] {
     let items = (d.grid[0] * d.grid[1] * d.grid[2]) as f64;
     // Channels computed but not stored (block rounding at both ends of the range).
     let bc = d.block[2].max(1);
     let c_start = c0 / bc * bc;
     let covered = (c1.saturating_sub(c_start)).div_ceil(bc) * bc;
     let waste = covered.saturating_sub(c1 - c0) as f64;
-    vec![
+    [
         d.block[0] as f64,
         d.block[1] as f64,
         d.block[2] as f64,
@@ -682,9 +689,9 @@ pub fn is_cpu_depthwise(executor: &str) -> bool {
 pub const GROUP_FEATURES: [&str; 3] = ["conv_groups", "group_in", "group_out"];
 
 /// The grouped-convolution features of `layer`: groups, input and output channels per group.
-pub fn group_features(layer: &Layer) -> Vec<f64> {
+pub fn group_features(layer: &Layer) -> [f64; GROUP_FEATURES.len()] {
     let g = layer.groups.max(1);
-    vec![g as f64, (layer.cin / g) as f64, (layer.cout / g) as f64]
+    [g as f64, (layer.cin / g) as f64, (layer.cout / g) as f64]
 }
 
 /// The GPU executor of a layer of kind `op` whose GPU part dispatches to `variant`: the

@@ -40,61 +40,79 @@ impl PartialEq for Forest {
     }
 }
 
-/// One internal node of [`FlatForest`]. A child `< 0` is leaf `!child` of the forest's leaf
-/// array, else a node index.
+/// One entry of [`FlatForest`]: an internal node, or a leaf (`feature == LEAF`). Each tree's
+/// entries are in depth-first order, left subtree first, so a node's left child is the entry
+/// after it and only the right child is stored: 16 bytes an entry, and a walk down left
+/// branches reads consecutive memory.
 #[derive(Debug, Clone, Copy)]
-struct FlatNode {
-    threshold: f64,
-    feature: u32,
-    /// `[right, left]`, indexed by the decision.
-    children: [i32; 2],
+struct Entry {
+    /// The split's threshold, or the leaf's value.
+    value: f64,
+    /// The right child's entry (internal nodes).
+    right: u32,
+    /// The feature split on, or [`LEAF`].
+    feature: u16,
     /// The split's decision type (see [`Tree::decision_type`]).
     decision: u8,
 }
 
-/// Every tree's nodes in one array and every leaf in another, so that a prediction walks
-/// contiguous memory: sweeping a layer's splits predicts a few hundred rows.
+/// [`Entry::feature`] of a leaf. Checked forests read fewer features ([`MAX_FEATURES`]).
+const LEAF: u16 = u16::MAX;
+
+/// The most features a forest may read: feature indices must fit an [`Entry`] beside
+/// [`LEAF`].
+pub const MAX_FEATURES: usize = LEAF as usize;
+
+/// Every tree's entries in one array, so that a prediction walks contiguous memory: sweeping
+/// a layer's splits predicts a few hundred rows.
 #[derive(Debug, Clone, Default)]
 struct FlatForest {
-    /// Each tree's root: a node index, or `!leaf` for a tree that is a single leaf.
-    roots: Vec<i32>,
-    nodes: Vec<FlatNode>,
-    leaves: Vec<f64>,
+    /// Each tree's root entry.
+    roots: Vec<u32>,
+    entries: Vec<Entry>,
 }
 
 impl FlatForest {
+    /// Lays out checked trees ([`Tree::check`]).
     fn new(trees: &[Tree]) -> FlatForest {
         let mut f = FlatForest::default();
         for t in trees {
-            let node_base = f.nodes.len() as i32;
-            let leaf_base = f.leaves.len() as i32;
-            let child = |c: i32| {
-                if c >= 0 {
-                    c + node_base
-                } else {
-                    !((!c) + leaf_base)
-                }
-            };
-            f.roots.push(if t.split_feature.is_empty() {
-                !leaf_base
+            f.roots.push(f.entries.len() as u32);
+            if t.split_feature.is_empty() {
+                f.push_leaf(t.leaf_value.first().copied().unwrap_or(0.0));
             } else {
-                node_base
-            });
-            for i in 0..t.split_feature.len() {
-                f.nodes.push(FlatNode {
-                    threshold: t.threshold[i],
-                    feature: t.split_feature[i],
-                    children: [child(t.right_child[i]), child(t.left_child[i])],
-                    decision: t.decision_type[i],
-                });
-            }
-            if t.leaf_value.is_empty() {
-                f.leaves.push(0.0);
-            } else {
-                f.leaves.extend(&t.leaf_value);
+                f.push_subtree(t, 0);
             }
         }
         f
+    }
+
+    fn push_leaf(&mut self, value: f64) {
+        self.entries.push(Entry {
+            value,
+            right: 0,
+            feature: LEAF,
+            decision: 0,
+        });
+    }
+
+    /// Appends `child` of `t` (a node index, or `!leaf`) and everything under it, depth first.
+    fn push_subtree(&mut self, t: &Tree, child: i32) {
+        if child < 0 {
+            self.push_leaf(t.leaf_value[(!child) as usize]);
+            return;
+        }
+        let i = child as usize;
+        let at = self.entries.len();
+        self.entries.push(Entry {
+            value: t.threshold[i],
+            right: 0,
+            feature: t.split_feature[i] as u16,
+            decision: t.decision_type[i],
+        });
+        self.push_subtree(t, t.left_child[i]);
+        self.entries[at].right = self.entries.len() as u32;
+        self.push_subtree(t, t.right_child[i]);
     }
 
     #[inline]
@@ -104,88 +122,162 @@ impl FlatForest {
 
     /// The leaf value `x` reaches from `root`.
     #[inline]
-    fn leaf(&self, root: i32, x: &[f64]) -> f64 {
-        let mut node = root;
-        while node >= 0 {
-            let n = &self.nodes[node as usize];
-            let left = goes_left(n.decision, n.threshold, x[n.feature as usize]);
-            node = n.children[usize::from(left)];
+    fn leaf(&self, root: u32, x: &[f64]) -> f64 {
+        let mut at = root as usize;
+        loop {
+            let e = &self.entries[at];
+            if e.feature == LEAF {
+                return e.value;
+            }
+            at = if goes_left(e.decision, e.value, x[e.feature as usize]) {
+                at + 1
+            } else {
+                e.right as usize
+            };
         }
-        self.leaves[(!node) as usize]
     }
 
-    /// Raw scores of many rows, tree by tree: each tree's nodes stay in cache for every row.
-    /// The rows go down each tree together ([`FlatForest::descend`]), as index lists that
-    /// keep the batch's order. At a split on a feature that is equal in every row (in a sweep
-    /// over a layer's splits, its geometry) they all take the same side after one test; on a
-    /// feature that rises or falls along the batch (the channel count, FLOPs, bytes) the sides
-    /// are found by a binary search; on other features the rows are partitioned. Same leaves,
-    /// added in the same order: the same scores as one row at a time.
+    /// Raw scores of many rows, tree by tree: each tree's entries stay in cache for every row.
+    /// The rows go down each tree together. While they are a run of consecutive rows and the
+    /// split's feature is equal in every row (in a sweep over a layer's splits, its geometry)
+    /// or rises or falls along the batch (the channel count, FLOPs, bytes), the left ones are
+    /// a prefix or a suffix of the run, found by counting ([`FlatForest::descend_run`]); on
+    /// other features the rows are partitioned into index lists
+    /// ([`FlatForest::descend_list`]). Same leaves, added in the same order: the same scores
+    /// as one row at a time.
     fn predict_batch(&self, rows: &[&[f64]]) -> Vec<f64> {
-        let mut out = vec![0.0; rows.len()];
+        let n = rows.len();
+        let mut out = vec![0.0; n];
         let Some(first) = rows.first() else {
             return out;
         };
-        let columns: Vec<Vec<f64>> = (0..first.len())
-            .map(|f| rows.iter().map(|x| x[f]).collect())
-            .collect();
+        let features = first.len();
+        let mut columns = vec![0.0; features * n];
+        for (i, x) in rows.iter().enumerate() {
+            for (f, &v) in x.iter().enumerate() {
+                columns[f * n + i] = v;
+            }
+        }
         let batch = Batch {
-            shapes: columns.iter().map(|c| Shape::of(c)).collect(),
+            rows: n,
+            shapes: columns.chunks(n).map(Shape::of).collect(),
             columns,
         };
-        let all: Vec<u32> = (0..rows.len() as u32).collect();
-        let mut order: Vec<u32> = all.clone();
-        let mut spare: Vec<u32> = vec![0; rows.len()];
-        for &root in &self.roots {
-            order.copy_from_slice(&all);
-            self.descend(root, &mut order, &mut spare, &batch, &mut out);
+        let mut lists = Lists {
+            order: vec![0; n],
+            spare: vec![0; n],
+        };
+        for (t, &root) in self.roots.iter().enumerate() {
+            if let Some(&ahead) = self.roots.get(t + PREFETCH_TREES) {
+                prefetch(&self.entries[ahead as usize]);
+            }
+            self.descend_run(root as usize, 0, n, &batch, &mut out, &mut lists);
         }
         out
     }
 
-    /// Sends the rows `order` (indices into the batch, in increasing order) down from `node`,
-    /// adding each one's leaf value to its score. `spare` is scratch space at least as long as
-    /// `order`.
-    fn descend(
+    /// Sends the rows `lo..hi` down from entry `at`, adding each one's leaf value to its score.
+    fn descend_run(
         &self,
-        mut node: i32,
+        mut at: usize,
+        mut lo: usize,
+        mut hi: usize,
+        batch: &Batch,
+        out: &mut [f64],
+        lists: &mut Lists,
+    ) {
+        loop {
+            let e = &self.entries[at];
+            if e.feature == LEAF {
+                out[lo..hi].iter_mut().for_each(|o| *o += e.value);
+                return;
+            }
+            let f = e.feature as usize;
+            let shape = batch.shapes[f];
+            let values = &batch.column(f)[lo..hi];
+            if shape.kind == Kind::Shared || values.len() == 1 {
+                at = if goes_left(e.decision, e.value, values[0]) {
+                    at + 1
+                } else {
+                    e.right as usize
+                };
+                continue;
+            }
+            if shape.kind == Kind::Mixed || !plain(e.decision, shape) {
+                // The rows split in no order: index lists from here on.
+                let order = &mut lists.order[..hi - lo];
+                for (slot, row) in order.iter_mut().zip(lo as u32..) {
+                    *slot = row;
+                }
+                self.descend_list(at, order, &mut lists.spare, batch, out);
+                return;
+            }
+            // Few rows: a branch-free count; many (a wide layer's sweep): a binary search.
+            let k = if values.len() <= 64 {
+                count_at_most(values, e.value)
+            } else if shape.kind == Kind::Rising {
+                values.partition_point(|&v| v <= e.value)
+            } else {
+                values.len() - values.partition_point(|&v| v > e.value)
+            };
+            let ((l0, l1), (r0, r1)) = if shape.kind == Kind::Rising {
+                ((lo, lo + k), (lo + k, hi))
+            } else {
+                ((hi - k, hi), (lo, hi - k))
+            };
+            if l0 == l1 {
+                at = e.right as usize;
+            } else if r0 == r1 {
+                at += 1;
+            } else {
+                self.descend_run(at + 1, l0, l1, batch, out, lists);
+                at = e.right as usize;
+                (lo, hi) = (r0, r1);
+                continue;
+            }
+            (lo, hi) = if l0 == l1 { (r0, r1) } else { (l0, l1) };
+        }
+    }
+
+    /// Sends the rows `order` (indices into the batch, in increasing order) down from entry
+    /// `at`, adding each one's leaf value to its score. `spare` is scratch space at least as
+    /// long as `order`.
+    fn descend_list(
+        &self,
+        mut at: usize,
         mut order: &mut [u32],
         spare: &mut [u32],
         batch: &Batch,
         out: &mut [f64],
     ) {
-        while node >= 0 {
-            let n = &self.nodes[node as usize];
-            let f = n.feature as usize;
-            let column = &batch.columns[f];
+        loop {
+            let e = &self.entries[at];
+            if e.feature == LEAF {
+                order.iter().for_each(|&i| out[i as usize] += e.value);
+                return;
+            }
+            let column = batch.column(e.feature as usize);
+            let shape = batch.shapes[e.feature as usize];
             let value = |i: u32| column[i as usize];
-            let goes = |i: u32| goes_left(n.decision, n.threshold, value(i));
-            let shape = batch.shapes[f];
-            // Whether `v <= threshold` alone decides (no value takes a missing-value side).
-            let plain = match (n.decision >> 2) & 3 {
-                1 => !shape.zero,
-                _ => true,
-            };
-            // Rows in a contiguous run (no partition on the way here) read their values
-            // straight from the column.
-            let run = contiguous(order).map(|rows| &column[rows]);
+            let goes = |i: u32| goes_left(e.decision, e.value, value(i));
             // The left rows: a prefix or a suffix of `order` (monotone feature), or the front
             // of `order` after a stable partition.
             let (left, right): (&mut [u32], &mut [u32]) =
                 if shape.kind == Kind::Shared || order.len() == 1 {
-                    node = n.children[usize::from(goes(order[0]))];
+                    at = if goes(order[0]) {
+                        at + 1
+                    } else {
+                        e.right as usize
+                    };
                     continue;
-                } else if plain && shape.kind == Kind::Rising {
-                    let k = match run {
-                        Some(values) => values.partition_point(|&v| v <= n.threshold),
-                        None => order.partition_point(|&i| value(i) <= n.threshold),
-                    };
+                } else if plain(e.decision, shape) && shape.kind == Kind::Rising {
+                    let k = order
+                        .iter()
+                        .map(|&i| usize::from(value(i) <= e.value))
+                        .sum();
                     std::mem::take(&mut order).split_at_mut(k)
-                } else if plain && shape.kind == Kind::Falling {
-                    let k = match run {
-                        Some(values) => values.partition_point(|&v| v > n.threshold),
-                        None => order.partition_point(|&i| value(i) > n.threshold),
-                    };
+                } else if plain(e.decision, shape) && shape.kind == Kind::Falling {
+                    let k = order.iter().map(|&i| usize::from(value(i) > e.value)).sum();
                     let (r, l) = std::mem::take(&mut order).split_at_mut(k);
                     (l, r)
                 } else {
@@ -204,37 +296,69 @@ impl FlatForest {
                     std::mem::take(&mut order).split_at_mut(nl)
                 };
             if !left.is_empty() {
-                self.descend(n.children[1], left, spare, batch, out);
+                self.descend_list(at + 1, left, spare, batch, out);
             }
             if right.is_empty() {
                 return;
             }
             order = right;
-            node = n.children[0];
-        }
-        let v = self.leaves[(!node) as usize];
-        // A contiguous run of rows (a sweep's leaves mostly are) is added to directly, which
-        // vectorises.
-        match contiguous(order) {
-            Some(rows) => out[rows].iter_mut().for_each(|o| *o += v),
-            None => order.iter().for_each(|&i| out[i as usize] += v),
+            at = e.right as usize;
         }
     }
 }
 
-/// The rows of `order` (increasing indices) as one range, when they are consecutive.
+/// How many trees ahead [`FlatForest::predict_batch`] asks for a root's cache line.
+const PREFETCH_TREES: usize = 4;
+
+/// Asks the CPU to bring `entry`'s cache line in (a hint; no effect on results).
 #[inline]
-fn contiguous(order: &[u32]) -> Option<std::ops::Range<usize>> {
-    let (&first, &last) = (order.first()?, order.last()?);
-    let (first, last) = (first as usize, last as usize);
-    (last - first + 1 == order.len()).then_some(first..last + 1)
+fn prefetch(entry: &Entry) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads no memory architecturally; the pointer is a valid reference.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(
+            (entry as *const Entry).cast::<i8>(),
+            std::arch::x86_64::_MM_HINT_T0,
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = entry;
+}
+
+/// Whether `v <= threshold` alone decides a split of `decision` type on a feature of `shape`:
+/// no value of the batch takes a missing-value side (NaN makes a feature [`Kind::Mixed`]).
+#[inline]
+fn plain(decision: u8, shape: Shape) -> bool {
+    (decision >> 2) & 3 != 1 || !shape.zero
+}
+
+/// How many of `values` are `<= threshold`: a branch-free count, faster than a binary search
+/// over the few dozen rows of a sweep.
+#[inline]
+fn count_at_most(values: &[f64], threshold: f64) -> usize {
+    values.iter().map(|&v| usize::from(v <= threshold)).sum()
+}
+
+/// Scratch index lists for [`FlatForest::descend_list`], one slot per row of the batch.
+struct Lists {
+    order: Vec<u32>,
+    spare: Vec<u32>,
 }
 
 /// The rows of a batch, feature by feature, and how each feature varies along them.
 struct Batch {
-    /// `columns[f][i]`: feature `f` of row `i`.
-    columns: Vec<Vec<f64>>,
+    rows: usize,
+    /// Feature `f` of row `i` at `f * rows + i`.
+    columns: Vec<f64>,
     shapes: Vec<Shape>,
+}
+
+impl Batch {
+    /// Feature `f` of every row.
+    #[inline]
+    fn column(&self, f: usize) -> &[f64] {
+        &self.columns[f * self.rows..(f + 1) * self.rows]
+    }
 }
 
 /// How a feature's values run along a batch's rows.
@@ -413,6 +537,12 @@ impl Forest {
 
     /// Checks every tree (after loading from a file).
     pub fn check(&self) -> Result<(), String> {
+        if self.num_features > MAX_FEATURES {
+            return Err(format!(
+                "the forest reads {} features, at most {MAX_FEATURES} are supported",
+                self.num_features
+            ));
+        }
         for (i, t) in self.trees.iter().enumerate() {
             t.check(self.num_features)
                 .map_err(|e| format!("tree {i}: {e}"))?;
@@ -880,20 +1010,21 @@ mod tests {
         t
     }
 
-    /// Deep, unbalanced trees of up to 60 leaves (LightGBM's usual shapes), batches of 1 to
-    /// 70 rows: every row of a batch scores bit for bit as alone.
+    /// Deep, unbalanced trees of up to 130 leaves (LightGBM's usual shapes; the shipped
+    /// profiles' reach 127), batches of 1 to 300 rows: every row of a batch scores bit for bit
+    /// as alone, and as the flat layout's walk of the row alone.
     #[test]
     fn deep_trees_score_a_batch_as_each_row_alone() {
         let mut rng = tandem_runtime::rng::Rng::new(11);
         let mut draw = move |n: u64| (rng.next_u64() % n.max(1)) as f64;
         let features = 6;
         let trees: Vec<Tree> = (0..60)
-            .map(|i| random_tree(&mut draw, 1 + (i * 7) % 60, features))
+            .map(|i| random_tree(&mut draw, 1 + (i * 11) % 130, features))
             .collect();
         let forest = Forest::new(features as usize, trees);
         forest.check().expect("a consistent forest");
         for round in 0..200u32 {
-            let n = 1 + draw(70) as usize;
+            let n = 1 + draw(if round % 4 == 0 { 300 } else { 70 }) as usize;
             let columns: Vec<Vec<f64>> = (0..features)
                 .map(|_| {
                     let base = draw(9);
@@ -916,8 +1047,24 @@ mod tests {
                 // The naive walk of each tree, not the flat layout's.
                 let alone: f64 = forest.trees.iter().map(|t| t.leaf(x)).sum();
                 assert_eq!(b.to_bits(), alone.to_bits(), "round {round}, row {x:?}");
+                assert_eq!(
+                    forest.predict(x).to_bits(),
+                    alone.to_bits(),
+                    "round {round}"
+                );
             }
         }
+    }
+
+    /// Feature indices share an entry with the leaf marker: a forest reading more features
+    /// than that is refused with a message, never laid out wrong.
+    #[test]
+    fn a_forest_reading_too_many_features_is_refused() {
+        let ok = Forest::new(MAX_FEATURES, vec![tree(&[0], &[1.0], &[0], &[(!0, !1)])]);
+        assert!(ok.check().is_ok());
+        let wide = Forest::new(MAX_FEATURES + 1, ok.trees.clone());
+        let err = wide.check().expect_err("too many features");
+        assert!(err.contains("65536 features"), "{err}");
     }
 
     #[test]

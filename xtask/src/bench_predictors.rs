@@ -56,25 +56,28 @@ pub fn bench_predictors(root: &Path, json: bool) -> Result<()> {
     let profile = Profile::load(&path)?;
     let mut per_op = Vec::new();
     let mut candidates = 0usize;
+    // Every layer first, so that the timed sweeps run back to back, not between compilations.
+    let mut layers = Vec::new();
     for name in names {
         let model = root.join("zoo").join(format!("{name}.tflite"));
         let artifact = tandem_compiler::run::compile_file(&model, &Default::default())?;
-        for (_, layer) in layers_of(&artifact) {
-            let n = profile.sweep(&layer, 1)?.len();
-            // The layer's time: the median over batches of the mean sweep time (this host
-            // is shared; a batch that another tenant interrupts does not move the median).
-            let (batches, reps) = (7, 10);
-            let mut times = Vec::with_capacity(batches);
-            for _ in 0..batches {
-                let start = Instant::now();
-                for _ in 0..reps {
-                    std::hint::black_box(profile.sweep(std::hint::black_box(&layer), 1)?);
-                }
-                times.push(start.elapsed().as_secs_f64() * 1e3 / reps as f64);
+        layers.extend(layers_of(&artifact).into_iter().map(|(_, layer)| layer));
+    }
+    for layer in &layers {
+        let n = profile.sweep(layer, 1)?.len();
+        // The layer's time: the median over batches of the mean sweep time (this host
+        // is shared; a batch that another tenant interrupts does not move the median).
+        let (batches, reps) = (7, 10);
+        let mut times = Vec::with_capacity(batches);
+        for _ in 0..batches {
+            let start = Instant::now();
+            for _ in 0..reps {
+                std::hint::black_box(profile.sweep(std::hint::black_box(layer), 1)?);
             }
-            per_op.push(tandem_runtime::profile::median(&mut times));
-            candidates += n;
+            times.push(start.elapsed().as_secs_f64() * 1e3 / reps as f64);
         }
+        per_op.push(tandem_runtime::profile::median(&mut times));
+        candidates += n;
     }
     let ops = per_op.len();
     let mean = per_op.iter().sum::<f64>() / ops.max(1) as f64;
