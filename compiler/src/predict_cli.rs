@@ -320,6 +320,11 @@ pub struct FlattenArgs {
     /// proportion to the trees (200: the training grid's bound).
     #[arg(long, default_value_t = 200)]
     pub max_trees: u32,
+    /// Keep each long forest's first N trees as they are and distil only the trees after them,
+    /// into max-trees − N (a correction's base trees carry most of its prediction, so the
+    /// distilled part is small). 0: distil the whole forest.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep: u32,
     /// Random configurations drawn per op kind (each at 8 channel counts) whose features the
     /// new forests are fit on. A kernel left with fewer rows than this by them (few random
     /// layers dispatch to it) gets further rounds of as many draws (at most 16), whose rows go
@@ -723,6 +728,7 @@ pub fn flatten(args: &FlattenArgs) -> Result<()> {
     }
     let opts = FlattenOptions {
         max_trees: args.max_trees,
+        keep: args.keep,
         configs_per_op: args.configs,
         seed: args.seed,
         ..FlattenOptions::default()

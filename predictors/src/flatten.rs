@@ -47,11 +47,19 @@ pub struct Flattening {
     /// Dataset files whose rows joined the random ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub datasets: Vec<String>,
+    /// Each long forest's first trees kept as they were; only the trees after them were
+    /// distilled, into `max_trees − keep`.
+    #[serde(default, skip_serializing_if = "is_zero_trees")]
+    pub keep: u32,
     /// Per flattened executor.
     pub executors: BTreeMap<String, FlattenedExecutor>,
 }
 
 fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_trees(n: &u32) -> bool {
     *n == 0
 }
 
@@ -99,6 +107,10 @@ mod fit {
     #[derive(Debug, Clone)]
     pub struct FlattenOptions {
         pub max_trees: u32,
+        /// Each long forest's first `keep` trees stay as they are (a correction's base trees
+        /// carry most of its prediction); only the trees after them are distilled, into
+        /// `max_trees − keep`. 0: the whole forest is distilled.
+        pub keep: u32,
         /// Random configurations per op kind.
         pub configs_per_op: usize,
         /// Channel counts per configuration.
@@ -110,6 +122,7 @@ mod fit {
         fn default() -> Self {
             FlattenOptions {
                 max_trees: 200,
+                keep: 0,
                 configs_per_op: 3000,
                 points: 8,
                 seed: 1,
@@ -131,6 +144,13 @@ mod fit {
         if opts.max_trees == 0 {
             return Err(TrainError::Data("--max-trees must be at least 1".into()));
         }
+        if opts.keep >= opts.max_trees {
+            return Err(TrainError::Data(format!(
+                "--keep ({}) must be below --max-trees ({}): the trees after the kept ones are \
+                 distilled into the difference",
+                opts.keep, opts.max_trees
+            )));
+        }
         let long: Vec<&String> = profile
             .executors
             .iter()
@@ -143,6 +163,7 @@ mod fit {
             seed: opts.seed,
             extra_rounds: 0,
             datasets: datasets.iter().map(|(n, _)| n.clone()).collect(),
+            keep: opts.keep,
             executors: BTreeMap::new(),
         };
         let mut out = profile.clone();
@@ -194,8 +215,19 @@ mod fit {
                     opts.configs_per_op
                 )));
             }
-            let (forest, report) = distil(&e.forest, &x, opts)
+            // The kept trees' scores cancel between teacher and student: distilling the
+            // rest alone fits the same target, and the report measures the whole forest.
+            let keep = opts.keep as usize;
+            let nf = e.forest.num_features;
+            let kept = Forest::new(nf, e.forest.trees[..keep].to_vec());
+            let rest = Forest::new(nf, e.forest.trees[keep..].to_vec());
+            let (student, mut report) = distil(&rest, &x, opts.max_trees - opts.keep, opts.seed)
                 .map_err(|err| TrainError::Data(format!("{name}: {err}")))?;
+            let forest = kept
+                .followed_by(&student)
+                .ok_or_else(|| TrainError::Data(format!("{name}: the student reads other rows")))?;
+            report.trees_before = e.forest.trees.len();
+            report.trees_after = forest.trees.len();
             if let Some(slot) = out.executors.get_mut(name) {
                 slot.forest = forest;
             }
@@ -283,10 +315,13 @@ mod fit {
 
     /// A forest of at most `opts.max_trees` trees fit to `teacher`'s raw score on `x` (a tenth of
     /// the rows held out to measure how closely it follows).
+    /// A forest of at most `trees` trees fit to `teacher`'s raw scores on the rows `x` (every
+    /// tenth held out), and how closely it follows them there.
     fn distil(
         teacher: &Forest,
         x: &[Vec<f64>],
-        opts: &FlattenOptions,
+        trees: u32,
+        seed: u64,
     ) -> Result<(Forest, FlattenedExecutor), TrainError> {
         let target: Vec<f64> = x.iter().map(|r| teacher.predict(r)).collect();
         let held = |i: usize| i % 10 == 9;
@@ -311,14 +346,14 @@ mod fit {
             "num_leaves": 127,
             "min_data_in_leaf": 2,
             "learning_rate": 0.2,
-            "num_iterations": opts.max_trees,
+            "num_iterations": trees,
             "max_bin": 1023,
             "min_data_in_bin": 1,
             "feature_pre_filter": false,
             "lambda_l2": 0.0,
             "num_threads": std::thread::available_parallelism().map_or(1, |n| n.get()),
             "deterministic": true,
-            "seed": opts.seed,
+            "seed": seed,
             "verbosity": -1,
         });
         let booster =
