@@ -1487,6 +1487,18 @@ fn flatten_shortens_the_forests_and_refuses_bad_input() {
             .arg(&out),
     );
     assert!(err.contains("--max-trees"), "{err}");
+    // Keeping as many trees as the bound leaves none to distil into.
+    let err = fails(
+        tandem()
+            .arg("flatten")
+            .arg(&shipped)
+            .args(["--max-trees", "50", "--keep", "50", "-o"])
+            .arg(&out),
+    );
+    assert!(
+        err.contains("--keep (50) must be below --max-trees (50)"),
+        "{err}"
+    );
     // A dataset of another host's device would bring another dispatch's features.
     let zen4 = profiles().join("pocl-1core-epyc-zen4.fresh4.csv.gz");
     let err = fails(

@@ -1660,6 +1660,71 @@ fn flattening_shortens_long_forests_and_follows_them() {
     assert!(flatten(&profile, &[], &zero).is_err());
 }
 
+/// `tandem flatten --keep`: each long forest's first trees stay bit for bit and only the rest
+/// are distilled, into the difference; the whole follows the old forest more closely than a
+/// forest distilled whole with the same bound (the kept trees carry most of the prediction),
+/// the provenance records it, and keeping as many trees as the bound is refused.
+#[test]
+fn flattening_can_keep_a_forests_first_trees() {
+    use tandem_predictors::flatten::{flatten, FlattenOptions};
+    let path =
+        tandem_predictors::bundle::shipped_dir().join("bases/pocl-1core-xeon4-sprime.profile");
+    let profile = Profile::load(&path).expect("S'");
+    let whole = FlattenOptions {
+        max_trees: 100,
+        configs_per_op: 300,
+        ..FlattenOptions::default()
+    };
+    let keeping = FlattenOptions {
+        keep: 80,
+        ..whole.clone()
+    };
+    let (_, whole_report) = flatten(&profile, &[], &whole).expect("flatten whole");
+    let (flat, report) = flatten(&profile, &[], &keeping).expect("flatten keeping 80");
+    assert_eq!(report.keep, 80);
+    assert_eq!(flat.provenance.flattened.as_ref(), Some(&report));
+    let (mut keeping_median, mut whole_median) = (0.0, 0.0);
+    for (name, r) in &report.executors {
+        let (old, new) = (
+            &profile.executors[name].forest,
+            &flat.executors[name].forest,
+        );
+        assert_eq!(
+            new.trees[..80],
+            old.trees[..80],
+            "{name}: the first 80 trees stay"
+        );
+        assert!(
+            new.trees.len() <= 100 && r.trees_after == new.trees.len(),
+            "{name}"
+        );
+        assert_eq!(r.trees_before, old.trees.len(), "{name}");
+        // Its largest misses are smaller on every executor (S': 0.7-10.7% against 5.5-23.4%
+        // at the 99th percentile), and its typical one on the whole.
+        let w = &whole_report.executors[name];
+        assert!(
+            r.p99_error < w.p99_error,
+            "{name}: 99th percentile {:.2}% keeping, {:.2}% whole",
+            r.p99_error,
+            w.p99_error
+        );
+        keeping_median += r.median_error;
+        whole_median += w.median_error;
+    }
+    assert_eq!(report.executors.len(), whole_report.executors.len());
+    assert!(
+        keeping_median < whole_median,
+        "medians summed over executors: {keeping_median:.2} keeping, {whole_median:.2} whole"
+    );
+    let too_many = FlattenOptions { keep: 100, ..whole };
+    let err = flatten(&profile, &[], &too_many).expect_err("keep = max-trees");
+    assert!(
+        err.to_string()
+            .contains("--keep (100) must be below --max-trees (100)"),
+        "{err}"
+    );
+}
+
 /// `tandem flatten` with a long constant-weights forest (a kernel few random layers dispatch
 /// to: 30–45 rows from 300 configurations per op kind; U (in bases/) has such a forest, here
 /// S''s own is made long so that the test does not follow the shipped profile): further rounds
