@@ -18,6 +18,10 @@
 //! inputs) gets further rounds of draws, up to [`MAX_EXTRA_ROUNDS`], until it has a row per
 //! configuration drawn per op kind; an executor left under [`MIN_ROWS`] rows is refused.
 //!
+//! With `keep` (`--keep N`), each long forest's first N trees stay bit for bit and only the
+//! trees after them are distilled, into `max_trees − N`: a correction's base trees carry most of
+//! its prediction, so the student fits a small remainder and follows the old forest closer.
+//!
 //! Contracts:
 //! - Only executors whose forest has more than `max_trees` trees change; the others, the
 //!   baselines, scales, contention and speed model are copied as they are.
