@@ -1582,6 +1582,12 @@ fn the_zen4_median_profile_has_executor_speed_models_and_a_bad_one_is_named() {
     assert!(err.contains("speed.executors.conv_grouped"), "{err}");
 }
 
+/// S', the profile shipped for the fourth Intel host before U (kept in `bases/`): its
+/// corrections of corrections carry 280–360 trees, what `tandem flatten` is for.
+fn sprime_path() -> std::path::PathBuf {
+    tandem_predictors::bundle::shipped_dir().join("bases/pocl-1core-xeon4-sprime.profile")
+}
+
 /// `tandem flatten`: the shipped fourth Intel host's profile has corrections of corrections
 /// (280–360 trees); flattened to 60 trees, every long forest is short, follows the old one on
 /// held-out rows, and the short forests and everything else are unchanged; the result loads,
@@ -1590,9 +1596,7 @@ fn the_zen4_median_profile_has_executor_speed_models_and_a_bad_one_is_named() {
 #[test]
 fn flattening_shortens_long_forests_and_follows_them() {
     use tandem_predictors::flatten::{flatten, FlattenOptions};
-    let path =
-        tandem_predictors::bundle::shipped_dir().join("bases/pocl-1core-xeon4-sprime.profile");
-    let profile = Profile::load(&path).expect("S'");
+    let profile = Profile::load(&sprime_path()).expect("S'");
     let opts = FlattenOptions {
         max_trees: 60,
         configs_per_op: 300,
@@ -1667,9 +1671,7 @@ fn flattening_shortens_long_forests_and_follows_them() {
 #[test]
 fn flattening_can_keep_a_forests_first_trees() {
     use tandem_predictors::flatten::{flatten, FlattenOptions};
-    let path =
-        tandem_predictors::bundle::shipped_dir().join("bases/pocl-1core-xeon4-sprime.profile");
-    let profile = Profile::load(&path).expect("S'");
+    let profile = Profile::load(&sprime_path()).expect("S'");
     let whole = FlattenOptions {
         max_trees: 100,
         configs_per_op: 300,
@@ -1733,8 +1735,7 @@ fn flattening_can_keep_a_forests_first_trees() {
 #[test]
 fn a_rare_kernel_gets_further_rounds_of_draws() {
     use tandem_predictors::flatten::{flatten, FlattenOptions, MAX_EXTRA_ROUNDS};
-    let path =
-        tandem_predictors::bundle::shipped_dir().join("bases/pocl-1core-xeon4-sprime.profile");
+    let path = sprime_path();
     let mut json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
     let forest = &mut json["executors"]["conv_constants"]["forest"]["trees"];
