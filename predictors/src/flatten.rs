@@ -53,18 +53,14 @@ pub struct Flattening {
     pub datasets: Vec<String>,
     /// Each long forest's first trees kept as they were; only the trees after them were
     /// distilled, into `max_trees − keep`.
-    #[serde(default, skip_serializing_if = "is_zero_trees")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub keep: u32,
     /// Per flattened executor.
     pub executors: BTreeMap<String, FlattenedExecutor>,
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-fn is_zero_trees(n: &u32) -> bool {
-    *n == 0
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// The fewest feature rows a flattened forest is fit on.
@@ -317,8 +313,6 @@ mod fit {
         }
     }
 
-    /// A forest of at most `opts.max_trees` trees fit to `teacher`'s raw score on `x` (a tenth of
-    /// the rows held out to measure how closely it follows).
     /// A forest of at most `trees` trees fit to `teacher`'s raw scores on the rows `x` (every
     /// tenth held out), and how closely it follows them there.
     fn distil(
