@@ -225,17 +225,15 @@ impl FlatForest {
             } else {
                 ((hi - k, hi), (lo, hi - k))
             };
-            if l0 == l1 {
-                at = e.right as usize;
-            } else if r0 == r1 {
-                at += 1;
-            } else {
+            // Both sides: the left one first (recursion), then on down the right.
+            if l0 < l1 && r0 < r1 {
                 self.descend_run(at + 1, l0, l1, batch, out, lists);
-                at = e.right as usize;
-                (lo, hi) = (r0, r1);
-                continue;
             }
-            (lo, hi) = if l0 == l1 { (r0, r1) } else { (l0, l1) };
+            (at, lo, hi) = if r0 < r1 {
+                (e.right as usize, r0, r1)
+            } else {
+                (at + 1, l0, l1)
+            };
         }
     }
 
