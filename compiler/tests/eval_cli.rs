@@ -486,6 +486,91 @@ fn calibrate_removes_the_offsets_it_is_sure_of() {
     assert!(applied >= 8, "{table}");
 }
 
+/// `calibrate --add`: files pooled give the factors of one file holding all their rows, the
+/// record names them all, and a file of another machine among them is named in the error.
+#[test]
+fn calibrate_pools_several_files() {
+    let profile = profiles().join("pocl-1core.profile");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut rows = dataset::read(&profiles().join("pocl-1core.fresh2.csv.gz")).expect("data");
+    for r in &mut rows {
+        r.ms *= 0.9;
+    }
+    // Configurations alternate between the two halves, every point of one in the same half.
+    let mut configs: Vec<&str> = rows.iter().map(|r| r.config.as_str()).collect();
+    configs.sort_unstable();
+    configs.dedup();
+    let odd: std::collections::BTreeSet<&str> =
+        configs.iter().copied().skip(1).step_by(2).collect();
+    let (first, second): (Vec<_>, Vec<_>) = rows
+        .iter()
+        .cloned()
+        .partition(|r| !odd.contains(r.config.as_str()));
+    assert!(!first.is_empty() && !second.is_empty());
+    let [whole, a, b] = ["whole.csv", "a.csv", "b.csv"].map(|n| dir.path().join(n));
+    dataset::write(&whole, &rows).expect("write");
+    dataset::write(&a, &first).expect("write");
+    dataset::write(&b, &second).expect("write");
+    let (one, pooled) = (
+        dir.path().join("one.profile"),
+        dir.path().join("pooled.profile"),
+    );
+    tandem_ok(&[
+        OsStr::new("calibrate"),
+        profile.as_os_str(),
+        whole.as_os_str(),
+        OsStr::new("-o"),
+        one.as_os_str(),
+    ]);
+    tandem_ok(&[
+        OsStr::new("calibrate"),
+        profile.as_os_str(),
+        a.as_os_str(),
+        OsStr::new("--add"),
+        b.as_os_str(),
+        OsStr::new("-o"),
+        pooled.as_os_str(),
+    ]);
+    let (one, pooled) = (
+        Profile::load(&one).expect("loads"),
+        Profile::load(&pooled).expect("loads"),
+    );
+    assert_eq!(pooled.provenance.calibrations[0].dataset, "a.csv + b.csv");
+    assert_eq!(
+        one.provenance.calibrations[0].executors,
+        pooled.provenance.calibrations[0].executors
+    );
+    let scaled = pooled.executors.values().filter(|e| e.scale != 1.0).count();
+    assert!(scaled >= 8, "{scaled} executors calibrated");
+    for (name, e) in &one.executors {
+        assert_eq!(e.scale, pooled.executors[name].scale, "{name}");
+    }
+
+    // The second file's 3rd row from another CPU: the error names that file and row.
+    let mut other = second.clone();
+    other[2].cpu = "Another CPU (64 cores)".into();
+    let stranger = dir.path().join("stranger.csv");
+    dataset::write(&stranger, &other).expect("write");
+    let out = tandem_with(&[
+        OsStr::new("calibrate"),
+        profile.as_os_str(),
+        a.as_os_str(),
+        OsStr::new("--add"),
+        stranger.as_os_str(),
+        OsStr::new("-o"),
+        dir.path().join("never.profile").as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("stranger.csv")
+            && stderr.contains("row 3 was measured")
+            && stderr.contains("Another CPU"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("never.profile").exists());
+}
+
 /// `--repeat`: the second measurement scored as a prediction of the first, per executor and
 /// overall, as the library's `repeatability` computes it, beside the profile's own accuracy.
 #[test]

@@ -23,7 +23,7 @@ pub const DEFAULT_MIN_CONFIGS: usize = 20;
 /// One calibration of a profile, recorded in its provenance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
-    /// The calibration dataset's file name.
+    /// The calibration dataset's file name (several joined by ` + `, pooled).
     pub dataset: String,
     /// UTC date of the calibration (`YYYY-MM-DD`).
     pub date: String,
@@ -69,17 +69,10 @@ pub enum CalibrationError {
     NoExecutor(String),
 }
 
-/// The profile with each executor's predictions scaled by its calibration factor from `rows`
-/// (a dataset measured recently on the profile's device and CPU) where that factor is
-/// significant, and the calibration, which is also appended to the profile's provenance. Calibrating twice composes: the second factor
-/// is measured against the first calibration's predictions.
-pub fn calibrate(
-    profile: &Profile,
-    rows: &[Row],
-    dataset_name: &str,
-    date: &str,
-    min_configs: usize,
-) -> Result<(Profile, Calibration), CalibrationError> {
+/// Whether `rows` can calibrate `profile`: some rows, every one measured on the profile's device
+/// and CPU, with a positive finite latency. Errors number the rows from 1. [`calibrate`] checks
+/// this itself; a caller pooling several files checks each first, to name the file.
+pub fn check_rows(profile: &Profile, rows: &[Row]) -> Result<(), CalibrationError> {
     if rows.is_empty() {
         return Err(CalibrationError::Empty);
     }
@@ -101,6 +94,21 @@ pub fn calibrate(
             });
         }
     }
+    Ok(())
+}
+
+/// The profile with each executor's predictions scaled by its calibration factor from `rows`
+/// (a dataset measured recently on the profile's device and CPU) where that factor is
+/// significant, and the calibration, which is also appended to the profile's provenance. Calibrating twice composes: the second factor
+/// is measured against the first calibration's predictions.
+pub fn calibrate(
+    profile: &Profile,
+    rows: &[Row],
+    dataset_name: &str,
+    date: &str,
+    min_configs: usize,
+) -> Result<(Profile, Calibration), CalibrationError> {
+    check_rows(profile, rows)?;
     let predicted = evaluate(profile, rows).predicted;
     // Per executor, per configuration: the log ratios of its points.
     let mut logs: BTreeMap<&str, BTreeMap<&str, Vec<f64>>> = BTreeMap::new();

@@ -123,7 +123,7 @@ mod fit {
             FlattenOptions {
                 max_trees: 200,
                 keep: 0,
-                configs_per_op: 3000,
+                configs_per_op: 30000,
                 points: 8,
                 seed: 1,
             }
