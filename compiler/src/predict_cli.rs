@@ -334,7 +334,7 @@ pub struct FlattenArgs {
     /// layers dispatch to it) gets further rounds of as many draws (at most 16), whose rows go
     /// to it alone; one left under 100 rows is refused. The student follows its teacher closer
     /// with more rows (Z10's CPU forests, held out: median 1.9% at 3000, 1.6% at 30000; 99th
-    /// percentile 9–14% → 4–10%), at about 40 s and 1.3 GB for four long forests.
+    /// percentile 5–14% → 4–10%), at about 40 s and 1.3 GB for four long forests.
     #[arg(long, default_value_t = 30000)]
     pub configs: usize,
     /// Seed of the random configurations (and of LightGBM).
