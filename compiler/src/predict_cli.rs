@@ -335,7 +335,7 @@ pub struct FlattenArgs {
     /// to it alone; one left under 100 rows is refused. The student follows its teacher closer
     /// with more rows (Z10's CPU forests, held out: median 1.9% at 3000, 1.6% at 30000; 99th
     /// percentile 5–14% → 4–10%), at about 40 s and 1.3 GB for four long forests.
-    #[arg(long, default_value_t = 30000)]
+    #[arg(long, default_value_t = tandem_predictors::flatten::DEFAULT_CONFIGS_PER_OP)]
     pub configs: usize,
     /// Seed of the random configurations (and of LightGBM).
     #[arg(long, default_value_t = 1)]
