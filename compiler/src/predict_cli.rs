@@ -309,6 +309,14 @@ pub struct CalibrateArgs {
     /// standard errors of 1).
     #[arg(long, default_value_t = calibrate::DEFAULT_MIN_CONFIGS)]
     pub min_configs: usize,
+    /// Fit the calibrated profile's speed model ([`tandem_predictors::speed`]) on these
+    /// datasets of the device, measured at different hours (at least 4): how its calibrated
+    /// predictions' level follows the reference layer's time, for `tandem compile
+    /// --speed-probe` and `tandem eval`. Without it the calibrated profile has no speed model:
+    /// one fitted before was against the predictions before calibration, and scaling by both
+    /// would count the hour's speed twice. Repeatable.
+    #[arg(long, value_name = "HOUR.csv")]
+    pub speed_from: Vec<PathBuf>,
 }
 
 /// `tandem flatten`: distil a profile's long forests into short ones.
@@ -1158,10 +1166,9 @@ fn at_median_moment(
     ));
 }
 
-/// The speed model of the trained `profile` ([`tandem_predictors::speed`]) on the datasets it
-/// was trained on, each as measured: per side, how their levels against it follow their
-/// reference layer's times. Prints each dataset's speed and the fit, or why a side has none.
-#[cfg(feature = "lightgbm")]
+/// The speed model of `profile` ([`tandem_predictors::speed`]) on datasets of several hours,
+/// each as measured (those a profile was trained on, or `--speed-from`'s): per side, how their
+/// levels against it follow their reference layer's times. Prints each dataset's speed and the fit, or why a side has none.
 fn speed_model(
     profile: &Profile,
     measured: &[(&PathBuf, Vec<dataset::Row>)],
@@ -1623,6 +1630,18 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<()> {
         let shown: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
         format!("cannot calibrate with {}", shown.join(" + "))
     })?;
+    let mut calibrated = calibrated;
+    if args.speed_from.is_empty() {
+        if !profile.speed.is_empty() {
+            eprintln!(
+                "the speed model of {} is not kept: it was fitted against the predictions \
+                 before this calibration (refit it with --speed-from)",
+                args.profile.display()
+            );
+        }
+    } else {
+        calibrated.speed = speed_model(&calibrated, &speed_sets(&calibrated, &args.speed_from)?);
+    }
     calibrated.save(&args.output)?;
     println!(
         "| executor | points | configurations | measured / predicted | standard error | applied \
@@ -1652,6 +1671,32 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<()> {
     }
     println!("calibrated profile → {}", args.output.display());
     Ok(())
+}
+
+/// `tandem calibrate --speed-from`: the datasets `paths` (at least
+/// [`tandem_predictors::speed::MIN_DATASETS`]), each at `profile`'s latency statistic and
+/// checked to be of its device; an error names the file that is not.
+fn speed_sets<'a>(
+    profile: &Profile,
+    paths: &'a [PathBuf],
+) -> Result<Vec<(&'a PathBuf, Vec<dataset::Row>)>> {
+    let need = tandem_predictors::speed::MIN_DATASETS;
+    if paths.len() < need {
+        bail!(
+            "--speed-from: {} datasets, a speed model needs at least {need}",
+            paths.len()
+        );
+    }
+    paths
+        .iter()
+        .map(|path| {
+            let rows =
+                dataset::with_latency(read_dataset(path)?, profile.provenance.latency, path)?;
+            calibrate::check_rows(profile, &rows)
+                .with_context(|| format!("cannot fit the speed model on {}", path.display()))?;
+            Ok((path, rows))
+        })
+        .collect()
 }
 
 /// Writes `tandem eval --points`: one line per row that has a prediction.

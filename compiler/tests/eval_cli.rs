@@ -632,3 +632,110 @@ fn a_repeated_measurement_gives_the_floor_per_executor_and_overall() {
         "{table}"
     );
 }
+
+/// `tandem calibrate --speed-from`: the speed model is refitted against the calibrated
+/// predictions on datasets of several hours; fewer than four, or one of another CPU, are
+/// refused by name. Calibrating without it leaves no speed model, saying so.
+#[test]
+fn calibrate_refits_the_speed_model_against_the_calibrated_predictions() {
+    use tandem_predictors::features::is_cpu;
+    let profile_path = profiles().join("pocl-1core-xeon4.profile");
+    let profile = Profile::load(&profile_path).expect("shipped profile");
+    let rows = dataset::read(&profiles().join("pocl-1core-xeon4.fresh38.csv.gz")).expect("data");
+    let predicted = evaluate(&profile, &rows).predicted;
+    // Every point at 0.9 of its prediction, times `p^0.5` in an hour whose reference layer
+    // takes `p` times its usual time (elasticity 0.5).
+    let hour = |p: f64| -> Vec<dataset::Row> {
+        rows.iter()
+            .zip(&predicted)
+            .filter_map(|(r, pred)| {
+                let ms = pred.as_ref()? * 0.9 * p.sqrt();
+                Some(dataset::Row {
+                    ms,
+                    least_ms: ms,
+                    probe_ms: if is_cpu(&r.executor) { 0.2 } else { 0.95 } * p,
+                    ..r.clone()
+                })
+            })
+            .collect()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let now = dir.path().join("now.csv");
+    dataset::write(&now, &hour(1.0)).expect("write");
+    let mut hours = Vec::new();
+    for (i, p) in [0.9, 0.95, 1.05, 1.1].into_iter().enumerate() {
+        let path = dir.path().join(format!("hour{i}.csv"));
+        dataset::write(&path, &hour(p)).expect("write");
+        hours.push(path);
+    }
+    let calibrate = |extra: &[&OsStr], out: &Path| {
+        let mut args = vec![
+            OsStr::new("calibrate"),
+            profile_path.as_os_str(),
+            now.as_os_str(),
+            // Every executor with two configurations gets its factor, the rare kernels too.
+            OsStr::new("--min-configs"),
+            OsStr::new("2"),
+            OsStr::new("-o"),
+            out.as_os_str(),
+        ];
+        args.extend_from_slice(extra);
+        tandem_with(&args)
+    };
+    let mut speed_from = Vec::new();
+    for h in &hours {
+        speed_from.extend([OsStr::new("--speed-from"), h.as_os_str()]);
+    }
+    let refit = dir.path().join("refit.profile");
+    let out = calibrate(&speed_from, &refit);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("hour3.csv: GPU side probe"), "{stderr}");
+    let fitted = Profile::load(&refit).expect("loads");
+    for side in [fitted.speed.gpu, fitted.speed.cpu] {
+        let s = side.expect("a model per side");
+        assert!((s.elasticity - 0.5).abs() < 0.02, "{s:?}");
+        // Against the calibrated predictions (already at 0.9), the hours' level is 1 at their
+        // middle probe time.
+        assert!((s.level - 1.0).abs() < 0.01, "{s:?}");
+        assert_eq!(s.datasets, 4);
+    }
+
+    // Calibrated again without --speed-from: no speed model, and stderr says why.
+    let again = dir.path().join("again.profile");
+    let out = tandem_ok(&[
+        OsStr::new("calibrate"),
+        refit.as_os_str(),
+        now.as_os_str(),
+        OsStr::new("-o"),
+        again.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refit.profile is not kept") && stderr.contains("--speed-from"),
+        "{stderr}"
+    );
+    assert!(Profile::load(&again).expect("loads").speed.is_empty());
+
+    // Three hours are too few; an hour of another CPU is refused by name.
+    let never = dir.path().join("never.profile");
+    let out = calibrate(&speed_from[..6], &never);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("3 datasets, a speed model needs at least 4"),
+        "{stderr}"
+    );
+    let mut other = hour(1.2);
+    other[0].cpu = "Another CPU (64 cores)".into();
+    let stranger = dir.path().join("stranger.csv");
+    dataset::write(&stranger, &other).expect("write");
+    let mut args = speed_from[..6].to_vec();
+    args.extend([OsStr::new("--speed-from"), stranger.as_os_str()]);
+    let out = calibrate(&args, &never);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("stranger.csv") && stderr.contains("Another CPU"),
+        "{stderr}"
+    );
+    assert!(!never.exists());
+}

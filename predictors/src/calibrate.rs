@@ -99,8 +99,11 @@ pub fn check_rows(profile: &Profile, rows: &[Row]) -> Result<(), CalibrationErro
 
 /// The profile with each executor's predictions scaled by its calibration factor from `rows`
 /// (a dataset measured recently on the profile's device and CPU) where that factor is
-/// significant, and the calibration, which is also appended to the profile's provenance. Calibrating twice composes: the second factor
-/// is measured against the first calibration's predictions.
+/// significant, and the calibration, which is also appended to the profile's provenance.
+/// Calibrating twice composes: the second factor is measured against the first calibration's
+/// predictions. The calibrated profile has no speed model ([`crate::speed`]): the profile's
+/// was fitted against the predictions before the factors, and scaling by both would count the
+/// hour's speed twice (refit it on the calibrated profile, `tandem calibrate --speed-from`).
 pub fn calibrate(
     profile: &Profile,
     rows: &[Row],
@@ -159,6 +162,7 @@ pub fn calibrate(
         min_configs,
         executors,
     };
+    calibrated.speed = Default::default();
     calibrated.provenance.calibrations.push(calibration.clone());
     Ok((calibrated, calibration))
 }
