@@ -1168,7 +1168,8 @@ fn at_median_moment(
 
 /// The speed model of `profile` ([`tandem_predictors::speed`]) on datasets of several hours,
 /// each as measured (those a profile was trained on, or `--speed-from`'s): per side, how their
-/// levels against it follow their reference layer's times. Prints each dataset's speed and the fit, or why a side has none.
+/// levels against it follow their reference layer's times. Prints each dataset's speed and the
+/// fit, or why a side has none.
 fn speed_model(
     profile: &Profile,
     measured: &[(&PathBuf, Vec<dataset::Row>)],
