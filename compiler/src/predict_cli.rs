@@ -876,13 +876,7 @@ pub fn train(args: &TrainArgs) -> Result<()> {
     // The speed model's datasets, read (and checked) before the training they follow.
     let mut later = Vec::new();
     if !args.speed_from.is_empty() {
-        if args.speed_from.len() < tandem_predictors::speed::MIN_DATASETS {
-            bail!(
-                "--speed-from: {} datasets, a speed model needs at least {}",
-                args.speed_from.len(),
-                tandem_predictors::speed::MIN_DATASETS
-            );
-        }
+        check_speed_set_count(args.speed_from.len())?;
         let main = first.clone().unwrap_or_default();
         for path in &args.speed_from {
             let rows = dataset::with_latency(read_dataset(path)?, args.latency, path)?;
@@ -1674,6 +1668,16 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<()> {
     Ok(())
 }
 
+/// Refuses `count` `--speed-from` datasets when a speed model needs more
+/// ([`tandem_predictors::speed::MIN_DATASETS`]).
+fn check_speed_set_count(count: usize) -> Result<()> {
+    let need = tandem_predictors::speed::MIN_DATASETS;
+    if count < need {
+        bail!("--speed-from: {count} datasets, a speed model needs at least {need}");
+    }
+    Ok(())
+}
+
 /// `tandem calibrate --speed-from`: the datasets `paths` (at least
 /// [`tandem_predictors::speed::MIN_DATASETS`]), each at `profile`'s latency statistic and
 /// checked to be of its device; an error names the file that is not.
@@ -1681,13 +1685,7 @@ fn speed_sets<'a>(
     profile: &Profile,
     paths: &'a [PathBuf],
 ) -> Result<Vec<(&'a PathBuf, Vec<dataset::Row>)>> {
-    let need = tandem_predictors::speed::MIN_DATASETS;
-    if paths.len() < need {
-        bail!(
-            "--speed-from: {} datasets, a speed model needs at least {need}",
-            paths.len()
-        );
-    }
+    check_speed_set_count(paths.len())?;
     paths
         .iter()
         .map(|path| {
