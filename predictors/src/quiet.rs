@@ -146,8 +146,10 @@ pub fn drop_slow_join_gpu_rows(rows: &mut Vec<Row>, slack: f64) -> usize {
     slow.len()
 }
 
-/// Bytes [`MemoryProbe`] streams: twice the largest last-level cache of the hosts profiled
-/// (32 MB on the AMD EPYC), so that every pass comes from memory.
+/// Bytes [`MemoryProbe`] streams: twice the last-level cache of the AMD EPYC (32 MB), so that
+/// every pass there comes from memory. The fourth Intel Xeon host's 260 MiB L3 holds part of
+/// it: one core summed 64 MB at 17–25 GB/s and 1 GB at 10–12 GB/s (2026-12-07), so there the
+/// reading is of other tenants' pressure on the shared L3 as much as on memory.
 pub const MEMORY_PROBE_BYTES: usize = 64 << 20;
 
 /// The gates' memory reading: the time to stream [`MEMORY_PROBE_BYTES`] from memory on the
