@@ -256,7 +256,7 @@ pub struct EvalArgs {
     /// predictions scaled by that change, where both recorded it; `"speed_model"`: the
     /// factor per side of the profile's speed model at the dataset's reference-layer time and
     /// the accuracy with it, where the profile has one, and in `"per_point"` the accuracy with
-    /// each point scaled at its own row's reference-layer time; with `--repeat`, also
+    /// each point scaled at its own row's reference-layer time; with `--repeat` or `--repeat-passes`, also
     /// `"repeatability"` of the executors' shape, `"repeatability_overall"` and
     /// `"repeatability_at_target"`; `"latency"`: `median` or `least`, the latency of each
     /// point the profile predicts and is scored against, as trained with `--latency`).
@@ -267,6 +267,12 @@ pub struct EvalArgs {
     /// a MAPE), the floor under any predictor's MAPE on this dataset.
     #[arg(long, value_name = "AGAIN.csv")]
     pub repeat: Option<PathBuf>,
+    /// For a dataset measured in passes (`tandem profile --passes 2` or more): how far its own
+    /// passes lie apart, as `--repeat` reports it, each point's later passes pooled and scored
+    /// as if they were a prediction of its first pass. Where an executor misses, this says
+    /// whether its points' own measurements lie as far apart.
+    #[arg(long, conflicts_with = "repeat")]
+    pub repeat_passes: bool,
     /// Further measurements of the dataset's points taken at other times (repeatable): each
     /// point is scored against the geometric mean of all its measurements, whose noise is
     /// about `1/√k` of one run's. Points that one of them lacks are left out.
@@ -1299,6 +1305,9 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     let mut measurements = dataset::read_measurements(&args.dataset)?;
     say_superseded(dataset::drop_superseded(&mut measurements), &args.dataset);
     let stored = measurements.len();
+    let passes = args
+        .repeat_passes
+        .then(|| dataset::first_pass_and_rest(measurements.clone()));
     let mut rows =
         dataset::with_latency(dataset::pool_repeats(measurements), latency, &args.dataset)
             .with_context(|| format!("{} predicts fastest repetitions", args.profile.display()))?;
@@ -1380,12 +1389,27 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         );
     }
     let e = evaluate(&profile, &pool.rows);
-    let floor = match &args.repeat {
-        Some(path) => Some(repeatability(
+    let floor = match (&args.repeat, passes) {
+        (Some(path), _) => Some(repeatability(
             &rows,
             &dataset::with_latency(read_dataset(path)?, latency, path)?,
         )),
-        None => None,
+        (None, Some((first, rest))) => {
+            if rest.is_empty() {
+                bail!(
+                    "--repeat-passes: every point of {} was measured once (measure with \
+                     `tandem profile --passes 2` or more)",
+                    args.dataset.display()
+                );
+            }
+            let mut first = dataset::with_latency(first, latency, &args.dataset)?;
+            first.retain(|r| sizes.contains(&r.layer));
+            Some(repeatability(
+                &first,
+                &dataset::with_latency(rest, latency, &args.dataset)?,
+            ))
+        }
+        (None, None) => None,
     };
     let profile_probe = profile.provenance.probe.as_ref();
     let probe_change = e.probe_change;
@@ -1432,10 +1456,15 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
             again.within10 * 100.0
         );
         println!(
-            "\n{}\nrepeat MAPE: the second measurement scored as if it were a prediction of \
-             this one, the floor under any predictor's MAPE here; {} of {} executors' repeat \
-             MAPE is at most {}%.",
+            "\n{}\nrepeat MAPE: {}; {} of {} executors' repeat MAPE is at most {}%.",
             target_line(&e.executors),
+            if args.repeat_passes {
+                "each point's later passes pooled, scored as if they were a prediction of its \
+                 first pass: how far this dataset's own measurements lie apart"
+            } else {
+                "the second measurement scored as if it were a prediction of this one, the \
+                 floor under any predictor's MAPE here"
+            },
             eval::at_target(floor, eval::TARGET_MAPE),
             floor.len(),
             eval::TARGET_MAPE

@@ -633,6 +633,85 @@ fn a_repeated_measurement_gives_the_floor_per_executor_and_overall() {
     );
 }
 
+/// `--repeat-passes`: a dataset measured in passes gives the floor by itself, its later passes
+/// scored as a prediction of its first, the same as `--repeat` with the second pass as a file
+/// of its own. A dataset of one pass, or both flags at once, is refused.
+#[test]
+fn the_passes_of_one_dataset_give_the_same_floor_as_a_second_file() {
+    let profile_path = profiles().join("pocl-1core-xeon2.profile");
+    let first = profiles().join("pocl-1core-xeon2.fresh1.csv.gz");
+    let again = profiles().join("pocl-1core-xeon2.fresh1-again.csv.gz");
+    let mut rows = dataset::read(&first).expect("data");
+    rows.extend(dataset::read(&again).expect("data"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let both = dir.path().join("both.csv");
+    dataset::write(&both, &rows).expect("write");
+    let json_of = |args: &[&OsStr]| -> serde_json::Value {
+        let out = tandem_ok(&[&[OsStr::new("eval"), profile_path.as_os_str()], args].concat());
+        serde_json::from_slice(&out.stdout).expect("one JSON object")
+    };
+    let two_files = json_of(&[
+        first.as_os_str(),
+        OsStr::new("--repeat"),
+        again.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    let passes = json_of(&[
+        both.as_os_str(),
+        OsStr::new("--repeat-passes"),
+        OsStr::new("--json"),
+    ]);
+    let executors = two_files["repeatability"]
+        .as_object()
+        .expect("repeatability per executor");
+    assert!(executors.len() >= 10, "{two_files}");
+    for (name, a) in executors {
+        let b = &passes["repeatability"][name];
+        assert_eq!(a["n"], b["n"], "{name}");
+        assert!(
+            (a["mape"].as_f64().expect("mape") - b["mape"].as_f64().expect("mape")).abs() < 1e-9
+        );
+    }
+    let table = String::from_utf8_lossy(
+        &tandem_ok(&[
+            OsStr::new("eval"),
+            profile_path.as_os_str(),
+            both.as_os_str(),
+            OsStr::new("--repeat-passes"),
+        ])
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        table
+            .contains("later passes pooled, scored as if they were a prediction of its first pass"),
+        "{table}"
+    );
+
+    let once = tandem_with(&[
+        OsStr::new("eval"),
+        profile_path.as_os_str(),
+        first.as_os_str(),
+        OsStr::new("--repeat-passes"),
+    ]);
+    let stderr = String::from_utf8_lossy(&once.stderr);
+    assert!(!once.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("fresh1.csv.gz") && stderr.contains("was measured once"),
+        "{stderr}"
+    );
+    let both_flags = tandem_with(&[
+        OsStr::new("eval"),
+        profile_path.as_os_str(),
+        both.as_os_str(),
+        OsStr::new("--repeat-passes"),
+        OsStr::new("--repeat"),
+        again.as_os_str(),
+    ]);
+    assert!(!both_flags.status.success());
+    assert!(String::from_utf8_lossy(&both_flags.stderr).contains("cannot be used with"));
+}
+
 /// `tandem calibrate --speed-from`: the speed model is refitted against the calibrated
 /// predictions on datasets of several hours; fewer than four, or one of another CPU, are
 /// refused by name. Calibrating without it leaves no speed model, saying so.

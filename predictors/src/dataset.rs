@@ -666,6 +666,26 @@ pub fn pool_repeats(rows: Vec<Row>) -> Vec<Row> {
     out
 }
 
+/// A dataset measured in passes (`tandem profile --passes`) as two measurements of the same
+/// points: the first row of every point, and its later rows pooled into one ([`pool_repeats`]).
+/// Points measured once are only in the first; both keep the rows' order. For
+/// [`crate::eval::repeatability`]: how far a dataset's own passes lie apart.
+pub fn first_pass_and_rest(rows: Vec<Row>) -> (Vec<Row>, Vec<Row>) {
+    let is_first: Vec<bool> = {
+        let mut seen = std::collections::HashSet::with_capacity(rows.len());
+        rows.iter().map(|r| seen.insert(r.point_key())).collect()
+    };
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    for (r, is_first) in rows.into_iter().zip(is_first) {
+        if is_first {
+            first.push(r);
+        } else {
+            rest.push(r);
+        }
+    }
+    (first, pool_repeats(rest))
+}
+
 /// How many times each configuration of `rows` was measured: the most rows any one of its
 /// points has (a pass measures every point of a configuration once).
 pub fn passes_per_config(rows: &[Row]) -> std::collections::HashMap<&str, usize> {
@@ -1007,6 +1027,30 @@ mod tests {
         assert_eq!(pooled[1..], rows[1..3]);
         // Without repeats, nothing changes.
         assert_eq!(pool_repeats(rows[..3].to_vec()), rows[..3].to_vec());
+    }
+
+    #[test]
+    fn a_dataset_in_passes_splits_into_its_first_pass_and_the_rest_pooled() {
+        let rows = vec![
+            test_point("a", 8, 1.0, 1.0),
+            test_point("a", 16, 5.0, 0.0),
+            test_point("b", 8, 3.0, 0.0),
+            test_point("a", 8, 4.0, 4.0),
+            test_point("a", 16, 7.0, 0.0),
+            test_point("a", 8, 9.0, 0.0),
+        ];
+        let (first, rest) = first_pass_and_rest(rows.clone());
+        assert_eq!(first, rows[..3]);
+        // Point (a, 8) twice more, pooled: (4 · 9)^(1/2) = 6; (a, 16) once more; b never.
+        assert_eq!(rest.len(), 2);
+        assert_eq!((rest[0].config.as_str(), rest[0].c1), ("a", 8));
+        assert!((rest[0].ms - 6.0).abs() < 1e-12, "{:?}", rest[0]);
+        assert_eq!(rest[1], rows[4]);
+        // One pass: everything is first, nothing is left to compare.
+        assert_eq!(
+            first_pass_and_rest(rows[..3].to_vec()),
+            (rows[..3].to_vec(), vec![])
+        );
     }
 
     #[test]
