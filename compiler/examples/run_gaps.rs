@@ -1,5 +1,5 @@
 //! How a model's latency depends on the pause before each run: CPU only, GPU only and the
-//! shipped profile's plan, each run after pauses from none to 100 ms (the thread spins through
+//! shipped profile's plan, each run after pauses from none to 300 ms (the thread spins through
 //! the pause, so the core stays busy and touches no memory), in the one-core-each setting of
 //! `cargo xtask demo`; then the three timed in the demo's interleaved order.
 //!
@@ -7,8 +7,9 @@
 //! kind: the median of `RUNS` (default 25) runs after each pause.
 //!
 //! The predictors are trained on layers repeated back to back, so they predict the first
-//! column. On a shared host a pause lets other tenants evict the model's weights and
-//! activations from the shared L3, and a run after it is slower (`docs/evaluation.md`).
+//! column. On the shared host this was written on, the caches (even the core's own L2) lose
+//! the model's data within milliseconds of a pause, and a run after one is slower
+//! (`docs/evaluation.md`).
 use anyhow::{Context, Result};
 use std::time::{Duration, Instant};
 use tandem_compiler::lower::{CompileOptions, Plan};

@@ -256,10 +256,11 @@ pub struct EvalArgs {
     /// predictions scaled by that change, where both recorded it; `"speed_model"`: the
     /// factor per side of the profile's speed model at the dataset's reference-layer time and
     /// the accuracy with it, where the profile has one, and in `"per_point"` the accuracy with
-    /// each point scaled at its own row's reference-layer time; with `--repeat` or `--repeat-passes`, also
-    /// `"repeatability"` of the executors' shape, `"repeatability_overall"` and
-    /// `"repeatability_at_target"`; `"latency"`: `median` or `least`, the latency of each
-    /// point the profile predicts and is scored against, as trained with `--latency`).
+    /// each point scaled at its own row's reference-layer time; with `--repeat` or
+    /// `--repeat-passes`, also `"repeatability"` of the executors' shape,
+    /// `"repeatability_overall"` and `"repeatability_at_target"`; `"latency"`: `median` or
+    /// `least`, the latency of each point the profile predicts and is scored against, as
+    /// trained with `--latency`).
     #[arg(long)]
     pub json: bool,
     /// A second measurement of (some of) the dataset's points, e.g. `tandem profile` run again

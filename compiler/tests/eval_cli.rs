@@ -633,9 +633,9 @@ fn a_repeated_measurement_gives_the_floor_per_executor_and_overall() {
     );
 }
 
-/// `--repeat-passes`: a dataset measured in passes gives the floor by itself, its later passes
-/// scored as a prediction of its first, the same as `--repeat` with the second pass as a file
-/// of its own. A dataset of one pass, or both flags at once, is refused.
+/// `--repeat-passes`: a dataset measured in passes says by itself how far its passes lie apart,
+/// its later passes scored as a prediction of its first: the same figures as `--repeat` with the
+/// second pass as a file of its own. A dataset of one pass, or both flags at once, is refused.
 #[test]
 fn the_passes_of_one_dataset_give_the_same_floor_as_a_second_file() {
     let profile_path = profiles().join("pocl-1core-xeon2.profile");
