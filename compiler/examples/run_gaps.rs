@@ -37,9 +37,8 @@ fn pause(us: u64) {
 }
 
 fn main() -> Result<()> {
-    if std::env::var_os("POCL_MAX_PTHREAD_COUNT").is_none() {
-        std::env::set_var("POCL_MAX_PTHREAD_COUNT", "1");
-    }
+    // SAFETY: no other thread exists yet; OpenCL has not started.
+    unsafe { tandem_runtime::profile::limit_pocl_threads() };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let path = std::path::PathBuf::from(
         args.first()

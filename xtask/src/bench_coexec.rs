@@ -92,10 +92,12 @@ fn time_models(models: &[&Model], inputs: &[NpyArray], rounds: usize, warm: bool
 }
 
 /// The median ms per session over `rounds` rounds, each round timing every session once in
-/// turn. With `warm`, each timed run comes right after an untimed run of the same session: the
-/// model's data are in the caches, as they were for the layers the predictors were trained on
-/// (repeated back to back). Without, each run follows the other sessions' runs, and on a shared
-/// host part of its data has left the caches by then (`compiler/examples/run_gaps.rs`).
+/// turn. With `warm`, each timed run comes right after an untimed run of the same session, so
+/// much of the model's data is back in the caches, closer to how the predictors' layers were
+/// measured (repeated back to back; one such run does not bring back all of it: 6.3 ms against
+/// 5.5–5.7 ms back to back for MobileNetV2 on the Xeon host, `docs/evaluation.md`). Without,
+/// each run follows the other sessions' runs, and on a shared host part of its data has left
+/// the caches by then (`compiler/examples/run_gaps.rs`).
 fn interleaved_medians(
     sessions: &mut [Session],
     inputs: &[NpyArray],
@@ -154,7 +156,7 @@ pub fn demo_coexec(path: &Path, inputs: &[NpyArray], rounds: usize) -> Result<[f
     println!(
         "\n== measured (CPU side 1 thread on core 0, PoCL 1 thread on core 1; median of {rounds}):\n\
          interleaved: CPU only {:.2} ms, GPU only {:.2} ms, plan {:.2} ms ({:.2}x over the best single device)\n\
-         each right after a run of its own (warm, as the predictors were measured): CPU only {:.2} ms, GPU only {:.2} ms, plan {:.2} ms ({:.2}x)\n\
+         each right after a run of its own (warm, closer to how the predictors were measured): CPU only {:.2} ms, GPU only {:.2} ms, plan {:.2} ms ({:.2}x)\n\
          max relative difference from CPU only: GPU only {dg:.1e}, plan {dp:.1e} (tolerance 1e-4)",
         t[0],
         t[1],
